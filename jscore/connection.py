@@ -1,0 +1,876 @@
+"""The NATS connection machine: handshake, keep-alive, subscriptions, request muxing, server
+pool, reconnect and buffering, driven by events and an injected ``now``.
+
+Contract (see docs/design.md): the transport calls ``start(now)`` once, then feeds
+``receive_data``, ``handle_timeout`` at ``next_deadline()``, and the lifecycle calls
+``connection_made`` / ``tls_established`` / ``connection_lost``; it acts on the directive events
+(``ConnectRequested``, ``TlsUpgradeRequested``, ``CloseRequested``) and writes ``data_to_send()``.
+Every state change of the machine lives in this module.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Final
+from urllib.parse import unquote, urlsplit
+
+import msgspec
+
+from . import events as ev
+from .errors import (
+    AuthorizationError,
+    AuthorizationExpiredError,
+    ConnectionClosedError,
+    InvalidOptionError,
+    LocalProtocolError,
+    MaxPayloadError,
+    NoServersError,
+    PermissionsViolationError,
+    ReconnectBufferExceededError,
+    RemoteProtocolError,
+    SecureConnectionRequiredError,
+    ServerError,
+    StaleConnectionError,
+    TimeoutError,
+)
+from .headers import HeadersInput, encode_headers
+from .protocol import (
+    DEFAULT_MAX_PAYLOAD,
+    MAX_MAX_PAYLOAD,
+    PING,
+    PONG,
+    ErrReceived,
+    InfoReceived,
+    MsgReceived,
+    OkReceived,
+    Parser,
+    PingReceived,
+    PongReceived,
+    check_publish_subject,
+    check_queue_group,
+    check_subscribe_subject,
+    encode_connect,
+    encode_sub,
+    encode_unsub,
+)
+
+__all__ = ["ConnectOptions", "Connection", "State", "parse_server_url", "CLIENT_VERSION"]
+
+CLIENT_VERSION: Final = "0.1.0"
+DEFAULT_PORT: Final = 4222
+MAX_DISCOVERED: Final = 1024
+_NUID_ALPHABET: Final = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+class ConnectOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """Every connection setting, as a frozen, picklable value. Its repr hides secrets."""
+
+    servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    name: str | None = None
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    tls: bool = False  # the client requires TLS (a context was given or a tls:// URL)
+    tls_first: bool = False
+    connect_timeout: float = 2.0
+    reconnect: bool = True
+    max_reconnect_attempts: int = 60  # per server; negative means forever
+    reconnect_wait: float = 2.0
+    reconnect_jitter: float = 0.1
+    reconnect_buffer_size: int = 8 * 1024 * 1024
+    ping_interval: float = 120.0
+    max_pings_out: int = 2
+    ignore_discovered_servers: bool = False
+    echo: bool = True
+    inbox_prefix: str = "_INBOX"
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{f}={'***' if f in ('password', 'token') and getattr(self, f) else getattr(self, f)!r}"
+            for f in self.__struct_fields__
+        )
+        return f"ConnectOptions({shown})"
+
+    def validate(self) -> None:
+        if not self.servers:
+            raise InvalidOptionError("servers: at least one URL is needed")
+        for url in self.servers:
+            parse_server_url(url)
+        for name in ("connect_timeout", "reconnect_wait", "ping_interval"):
+            if not getattr(self, name) > 0:
+                raise InvalidOptionError(f"{name} must be > 0")
+        if self.reconnect_jitter < 0:
+            raise InvalidOptionError("reconnect_jitter must be >= 0")
+        if self.max_pings_out < 1:
+            raise InvalidOptionError("max_pings_out must be >= 1")
+        if self.reconnect_buffer_size < 0:
+            raise InvalidOptionError("reconnect_buffer_size must be >= 0")
+        if not self.inbox_prefix or "*" in self.inbox_prefix or ">" in self.inbox_prefix:
+            raise InvalidOptionError("inbox_prefix must be a literal subject prefix")
+        check_publish_subject(self.inbox_prefix, "inbox_prefix")
+
+
+def parse_server_url(url: str, *, discovered: bool = False, default_scheme: str = "nats") -> ev.ServerAddress:
+    """Parse ``nats://[user[:pass]@]host[:port]`` (also ``tls://``, ``[::1]:4222``, bare
+    ``host:port``). Raises :class:`InvalidOptionError` with the URL redacted."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidOptionError("server URL must be a non-empty string")
+    raw = url.strip()
+    if "://" not in raw:
+        raw = f"{default_scheme}://{raw}"
+    try:
+        parts = urlsplit(raw)
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidOptionError(f"invalid server URL {_redact(url)!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("nats", "tls"):
+        raise InvalidOptionError(f"unsupported URL scheme {scheme!r} in {_redact(url)!r} (nats:// or tls://)")
+    host = parts.hostname
+    if not host:
+        raise InvalidOptionError(f"server URL {_redact(url)!r} has no host")
+    if host.endswith(".") and len(host) > 1:
+        host = host[:-1]
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise InvalidOptionError(f"server URL {_redact(url)!r} must not have a path, query or fragment")
+    port = port if port is not None else DEFAULT_PORT
+    if not 0 < port < 65536:
+        raise InvalidOptionError(f"server URL {_redact(url)!r}: port out of range")
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password else None
+    shown_host = f"[{host}]" if ":" in host else host
+    return ev.ServerAddress(
+        url=f"{scheme}://{shown_host}:{port}",
+        scheme=scheme,
+        host=host,
+        port=port,
+        user=user,
+        password=password,
+        discovered=discovered,
+    )
+
+
+def _redact(url: str) -> str:
+    if "@" not in url:
+        return url
+    head, _, tail = url.rpartition("@")
+    scheme, sep, _cred = head.partition("://")
+    return f"{scheme}{sep}***@{tail}" if sep else f"***@{tail}"
+
+
+class State(enum.Enum):
+    IDLE = "idle"  # start() not called yet
+    WAITING = "waiting"  # reconnect timer armed
+    DIALING = "dialing"  # ConnectRequested emitted, waiting for connection_made
+    AWAIT_INFO = "await_info"
+    TLS_HANDSHAKE = "tls_handshake"
+    AWAIT_PONG = "await_pong"  # CONNECT + PING sent
+    CONNECTED = "connected"
+    CLOSING = "closing"  # CloseRequested emitted, waiting for connection_lost
+    CLOSED = "closed"
+
+
+_TRANSPORT_UP: Final = frozenset({State.AWAIT_INFO, State.TLS_HANDSHAKE, State.AWAIT_PONG, State.CONNECTED})
+
+
+class _Entry:
+    __slots__ = ("address", "attempts", "last_attempt", "auth_failures", "lame_duck")
+
+    def __init__(self, address: ev.ServerAddress) -> None:
+        self.address = address
+        self.attempts = 0
+        self.last_attempt: float | None = None
+        self.auth_failures = 0
+        self.lame_duck = False
+
+
+class _Sub:
+    __slots__ = ("subject", "queue", "max_msgs", "delivered")
+
+    def __init__(self, subject: bytes, queue: bytes | None, max_msgs: int | None) -> None:
+        self.subject = subject
+        self.queue = queue
+        self.max_msgs = max_msgs
+        self.delivered = 0
+
+
+class Stats(msgspec.Struct, kw_only=True):
+    msgs_in: int = 0
+    bytes_in: int = 0
+    msgs_out: int = 0
+    bytes_out: int = 0
+    reconnects: int = 0
+
+
+class Connection:
+    """The sans-IO connection machine. Not thread-safe: the transport serializes calls."""
+
+    def __init__(self, options: ConnectOptions, *, rng: random.Random) -> None:
+        options.validate()
+        self.options = options
+        self._rng = rng
+        self.state = State.IDLE
+        self._pool = [_Entry(parse_server_url(u)) for u in dict.fromkeys(options.servers)]
+        first = self._pool[0].address
+        self._tls_hostname = first.host
+        self._wants_tls = options.tls or any(e.address.tls for e in self._pool)
+        self._current: _Entry | None = None
+        self._parser = Parser()
+        self.server_info: dict[str, Any] = {}
+        self.max_payload = DEFAULT_MAX_PAYLOAD
+        self._out: list[bytes] = []
+        self._pending: list[bytes] = []  # publishes held while not connected
+        self._pending_size = 0
+        self._subs: dict[int, _Sub] = {}
+        self._next_sid = 1
+        self._pings: deque[int | None] = deque()  # outstanding PINGs: flush token or None
+        self._unsent_flushes: list[int] = []
+        self._next_flush = 1
+        self._pings_out = 0
+        self._timers: dict[str, float] = {}
+        self._events: deque[ev.Event] = deque()
+        self._ever_connected = False
+        self._initial_failures = 0
+        self._last_error: Exception | None = None
+        self._pending_error: Exception | None = None
+        self._lame_duck_seen = False
+        self._broken: BaseException | None = None
+        nuid = "".join(rng.choice(_NUID_ALPHABET) for _ in range(22))
+        self._resp_prefix = f"{options.inbox_prefix}.{nuid}."
+        self._resp_prefix_b = self._resp_prefix.encode()
+        self._resp_sid: int | None = None
+        self._requests: set[str] = set()
+        self._next_token = 0
+        self.stats = Stats()
+
+    # ---------------------------------------------------------------- core contract
+
+    def next_deadline(self) -> float | None:
+        timers = self._timers
+        return min(timers.values()) if timers else None
+
+    def next_event(self) -> ev.Event | None:
+        return self._events.popleft() if self._events else None
+
+    def data_to_send(self) -> bytes:
+        out = self._out
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self.stats.bytes_out += len(data)
+        return data
+
+    @property
+    def is_connected(self) -> bool:
+        return self.state is State.CONNECTED
+
+    @property
+    def is_closed(self) -> bool:
+        return self.state is State.CLOSED
+
+    @property
+    def connected_url(self) -> str | None:
+        if self.state is State.CONNECTED and self._current is not None:
+            return self._current.address.url
+        return None
+
+    @property
+    def servers(self) -> list[str]:
+        return [e.address.url for e in self._pool]
+
+    @property
+    def pending_out(self) -> int:
+        """Bytes waiting: queued for the socket plus buffered while disconnected."""
+        return sum(map(len, self._out)) + self._pending_size
+
+    def _check(self) -> None:
+        if self._broken is not None:
+            raise LocalProtocolError(f"connection machine is broken by an earlier error: {self._broken!r}")
+
+    def start(self, now: float) -> None:
+        self._check()
+        if self.state is not State.IDLE:
+            raise LocalProtocolError("start() called twice")
+        self._dial_next(now)
+
+    def handle_timeout(self, now: float) -> None:
+        self._check()
+        timers = self._timers
+        t = timers.get("connect")
+        if t is not None and now >= t:
+            del timers["connect"]
+            if self.state in (State.DIALING, State.AWAIT_INFO, State.TLS_HANDSHAKE, State.AWAIT_PONG):
+                self._close_transport(TimeoutError("timed out connecting to the server"))
+        t = timers.get("ping")
+        if t is not None and now >= t:
+            del timers["ping"]
+            if self.state is State.CONNECTED:
+                if self._pings_out >= self.options.max_pings_out:
+                    self._close_transport(StaleConnectionError("Stale Connection (no PONG to keep-alive PINGs)"))
+                else:
+                    self._pings_out += 1
+                    self._pings.append(None)
+                    self._out.append(PING)
+                    timers["ping"] = now + self.options.ping_interval
+        t = timers.get("reconnect")
+        if t is not None and now >= t:
+            del timers["reconnect"]
+            if self.state is State.WAITING:
+                self._dial_next(now)
+
+    def connection_made(self, now: float) -> None:
+        self._check()
+        if self.state is State.CLOSING:
+            return  # closed while dialing: the transport handles the CloseRequested next
+        if self.state is not State.DIALING:
+            raise LocalProtocolError(f"connection_made in state {self.state.value}")
+        self.state = State.AWAIT_INFO
+        self._parser = Parser(self.max_payload)
+
+    def tls_established(self, now: float) -> None:
+        self._check()
+        if self.state is State.CLOSING:
+            return
+        if self.state is not State.TLS_HANDSHAKE:
+            raise LocalProtocolError(f"tls_established in state {self.state.value}")
+        self._send_connect()
+
+    def connection_lost(self, now: float, exc: Exception | None = None) -> None:
+        self._check()
+        if self.state in (State.IDLE, State.WAITING, State.CLOSED):
+            return
+        error = self._pending_error or exc
+        self._pending_error = None
+        was_connected = self._current_connected
+        entry = self._current
+        url = entry.address.url if entry else ""
+        self._timers.pop("ping", None)
+        self._timers.pop("connect", None)
+        self._salvage_output()
+        self._current_connected = False
+        if self._closing_for_good:
+            self._finish_close()
+            return
+        if was_connected:
+            self._events.append(ev.Disconnected(url=url, error=error))
+        else:
+            self._events.append(ev.ConnectAttemptFailed(url=url, error=error))
+        if entry is not None and isinstance(error, AuthorizationError):
+            entry.auth_failures += 1
+            if entry.auth_failures >= 2 or not self._ever_connected:
+                self._pool.remove(entry)
+        self._last_error = error
+        if not self._ever_connected:
+            self._initial_failures += 1
+            if isinstance(error, (AuthorizationError, SecureConnectionRequiredError)) or not self._untried():
+                self._close_for_good(self._no_servers_error(error))
+                return
+            self._dial_next(now)
+            return
+        if not self.options.reconnect:
+            self._close_for_good(error or ConnectionClosedError("connection lost and reconnect is off"))
+            return
+        if entry is not None and entry in self._pool:
+            # Rotate: the server we just lost goes to the back of the pool.
+            self._pool.remove(entry)
+            self._pool.append(entry)
+        self._dial_next(now)
+
+    def receive_data(self, data: bytes, now: float) -> None:
+        self._check()
+        if self.state not in _TRANSPORT_UP:
+            return  # bytes after CloseRequested or from a dead transport: ignore
+        try:
+            self._process(self._parser.feed(data), now)
+        except RemoteProtocolError as exc:
+            # The server broke the protocol: this connection's parser is poisoned and dropped;
+            # the machine itself carries on (reconnect with a fresh parser).
+            self._events.append(ev.ServerError(error=exc, fatal=True))
+            self._close_transport(exc)
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
+    def handle(self, command: ev.Command, now: float) -> int | str | None:
+        """Dispatch a command; returns the sid of a Subscribe, the token of a Request or Flush."""
+        match command:
+            case ev.Publish(subject=s, payload=p, reply=r, headers=h):
+                self.publish(s, p, r, h)
+                return None
+            case ev.Subscribe(subject=s, queue=q, max_msgs=m):
+                return self.subscribe(s, q, m)
+            case ev.Unsubscribe(sid=sid, max_msgs=m):
+                self.unsubscribe(sid, m)
+                return None
+            case ev.Request(subject=s, payload=p, headers=h):
+                return self.request(s, p, h)
+            case ev.CancelRequest(token=t):
+                self.cancel_request(t)
+                return None
+            case ev.Flush():
+                return self.flush()
+            case ev.Close():
+                self.close(now)
+                return None
+        raise LocalProtocolError(f"unknown command {command!r}")
+
+    # ---------------------------------------------------------------- application API
+
+    def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        reply: str | None = None,
+        headers: HeadersInput | None = None,
+    ) -> None:
+        """Queue a publish. Validates everything and raises before a byte is queued."""
+        subj = check_publish_subject(subject)
+        rep = check_publish_subject(reply, "reply subject") if reply is not None else None
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+        if headers is not None:
+            hdr = encode_headers(headers)
+            size = len(hdr) + len(payload)
+            if size > self.max_payload:
+                raise MaxPayloadError(f"headers + payload = {size} bytes > max_payload {self.max_payload}")
+            hl = len(hdr)
+            if rep:
+                frame = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subj, rep, hl, size, hdr, payload)
+            else:
+                frame = b"HPUB %s %d %d\r\n%s%s\r\n" % (subj, hl, size, hdr, payload)
+        else:
+            if len(payload) > self.max_payload:
+                raise MaxPayloadError(f"payload of {len(payload)} bytes > max_payload {self.max_payload}")
+            if rep:
+                frame = b"PUB %s %s %d\r\n%s\r\n" % (subj, rep, len(payload), payload)
+            else:
+                frame = b"PUB %s %d\r\n%s\r\n" % (subj, len(payload), payload)
+        state = self.state
+        if state is State.CONNECTED:
+            self._out.append(frame)
+        else:
+            self._buffer(frame)
+        self.stats.msgs_out += 1
+
+    def _buffer(self, frame: bytes) -> None:
+        if self.state is State.CLOSED or self._closing_for_good:
+            raise ConnectionClosedError("the connection is closed")
+        if self._pending_size + len(frame) > self.options.reconnect_buffer_size:
+            raise ReconnectBufferExceededError(
+                f"reconnect buffer full ({self._pending_size} of {self.options.reconnect_buffer_size} bytes); "
+                "nothing was queued"
+            )
+        self._pending.append(frame)
+        self._pending_size += len(frame)
+
+    def subscribe(self, subject: str, queue: str | None = None, max_msgs: int | None = None) -> int:
+        self._check_open()
+        subj = check_subscribe_subject(subject)
+        q = check_queue_group(queue) if queue is not None else None
+        if max_msgs is not None and max_msgs <= 0:
+            raise InvalidOptionError("max_msgs must be > 0")
+        sid = self._next_sid
+        self._next_sid += 1
+        self._subs[sid] = _Sub(subj, q, max_msgs)
+        if self.state is State.CONNECTED:
+            self._out.append(encode_sub(subj, q, sid))
+            if max_msgs is not None:
+                self._out.append(encode_unsub(sid, max_msgs))
+        return sid
+
+    def unsubscribe(self, sid: int, max_msgs: int | None = None) -> None:
+        sub = self._subs.get(sid)
+        if sub is None:
+            return
+        if max_msgs is not None and max_msgs > sub.delivered:
+            sub.max_msgs = max_msgs
+        else:
+            del self._subs[sid]
+            max_msgs = None
+        if self.state is State.CONNECTED:
+            self._out.append(encode_unsub(sid, max_msgs))
+
+    def has_subscription(self, sid: int) -> bool:
+        return sid in self._subs
+
+    def request(self, subject: str, payload: bytes = b"", headers: HeadersInput | None = None) -> str:
+        """Publish a request whose reply comes back as ``ReplyReceived(token)``."""
+        self._check_open()
+        if self._resp_sid is None:
+            self._resp_sid = self.subscribe(self._resp_prefix + "*")
+        self._next_token += 1
+        token = _b36(self._next_token)
+        self.publish(subject, payload, self._resp_prefix + token, headers)
+        self._requests.add(token)
+        return token
+
+    def new_inbox(self) -> str:
+        """A unique inbox subject (not routed through the request mux)."""
+        return f"{self.options.inbox_prefix}.{''.join(self._rng.choice(_NUID_ALPHABET) for _ in range(22))}"
+
+    def cancel_request(self, token: str) -> None:
+        self._requests.discard(token)
+
+    def flush(self) -> int:
+        """Ask for a PONG after everything queued so far; ``FlushCompleted(token)`` follows."""
+        self._check_open()
+        token = self._next_flush
+        self._next_flush += 1
+        if self.state is State.CONNECTED:
+            self._pings.append(token)
+            self._out.append(PING)
+        else:
+            self._unsent_flushes.append(token)
+        return token
+
+    def close(self, now: float) -> None:
+        """Close for good. Queued output is still handed to the transport before it closes."""
+        if self.state is State.CLOSED or self._closing_for_good:
+            return
+        self._closing_for_good = True
+        self._close_error = None
+        if self.state in _TRANSPORT_UP or self.state is State.DIALING:
+            if self.state is not State.CONNECTED and self._pending:
+                self._drop_pending("closed before the connection was established")
+            self.state = State.CLOSING
+            self._timers.clear()
+            self._events.append(ev.CloseRequested(error=None))
+        elif self.state is State.CLOSING:
+            pass
+        else:
+            self._finish_close()
+
+    # ---------------------------------------------------------------- internals
+
+    _closing_for_good = False
+    _close_error: Exception | None = None
+    _current_connected = False
+
+    def _check_open(self) -> None:
+        if self.state is State.CLOSED or self._closing_for_good:
+            raise ConnectionClosedError("the connection is closed")
+
+    def _untried(self) -> bool:
+        return any(e.last_attempt is None for e in self._pool)
+
+    def _no_servers_error(self, error: Exception | None) -> Exception:
+        if isinstance(error, (AuthorizationError, SecureConnectionRequiredError)):
+            return error
+        err = NoServersError(f"could not connect to any server ({', '.join(self.servers) or 'pool empty'}): {error}")
+        err.__cause__ = error
+        return err
+
+    def _dial_next(self, now: float) -> None:
+        self.state = State.WAITING
+        opts = self.options
+        max_attempts = opts.max_reconnect_attempts
+        candidates = [
+            e
+            for e in self._pool
+            if (max_attempts < 0 or e.attempts < max_attempts or not self._ever_connected) and
+            (self._ever_connected or e.last_attempt is None)
+        ]
+        if not candidates:
+            self._close_for_good(self._no_servers_error(self._last_error))
+            return
+        fresh = [e for e in candidates if not e.lame_duck]
+        entry = (fresh or candidates)[0]
+        if entry.last_attempt is not None:
+            ready = entry.last_attempt + opts.reconnect_wait + self._rng.uniform(0, opts.reconnect_jitter)
+            if ready > now:
+                self._timers["reconnect"] = ready
+                return
+        entry.attempts += 1
+        entry.last_attempt = now
+        self._current = entry
+        self._current_connected = False
+        self.state = State.DIALING
+        self._lame_duck_seen = False
+        self._timers["connect"] = now + opts.connect_timeout
+        hostname = self._tls_hostname if entry.address.discovered else entry.address.host
+        self._events.append(
+            ev.ConnectRequested(
+                server=entry.address, tls_hostname=hostname, tls_first=opts.tls_first, timeout=opts.connect_timeout
+            )
+        )
+
+    def _close_transport(self, error: Exception | None) -> None:
+        """Ask the transport to close; ``connection_lost`` continues from there."""
+        if self.state in (State.CLOSING, State.CLOSED, State.WAITING, State.IDLE):
+            return
+        self._pending_error = error
+        self.state = State.CLOSING
+        self._timers.pop("ping", None)
+        self._events.append(ev.CloseRequested(error=error))
+
+    def _close_for_good(self, error: Exception | None) -> None:
+        self._closing_for_good = True
+        self._close_error = error
+        self._finish_close()
+
+    def _finish_close(self) -> None:
+        if self._pending:
+            self._drop_pending("the connection closed")
+        self._out.clear()
+        self._timers.clear()
+        self.state = State.CLOSED
+        self._requests.clear()
+        self._events.append(ev.Closed(error=self._close_error))
+
+    def _drop_pending(self, reason: str) -> None:
+        self._events.append(ev.PublishesDropped(count=len(self._pending), reason=reason))
+        self._pending.clear()
+        self._pending_size = 0
+
+    def _salvage_output(self) -> None:
+        """Publishes still queued for a dead transport go back to the reconnect buffer."""
+        if self._out:
+            kept = [f for f in self._out if f.startswith((b"PUB ", b"HPUB "))]
+            self._out.clear()
+            if kept:
+                self._pending[:0] = kept
+                self._pending_size += sum(map(len, kept))
+        # Flush tokens waiting for a PONG are re-sent after the reconnect.
+        self._unsent_flushes[:0] = [t for t in self._pings if t is not None]
+        self._pings.clear()
+        self._pings_out = 0
+
+    def _send_connect(self) -> None:
+        entry = self._current
+        assert entry is not None
+        opts = self.options
+        fields: dict[str, Any] = {
+            "verbose": False,
+            "pedantic": False,
+            "tls_required": self._wants_tls,
+            "lang": "python3-jssync",
+            "version": CLIENT_VERSION,
+            "protocol": 1,
+            "echo": opts.echo,
+            "headers": True,
+            "no_responders": True,
+        }
+        if opts.name:
+            fields["name"] = opts.name
+        user = entry.address.user or opts.user
+        password = entry.address.password if entry.address.user else opts.password
+        if user:
+            fields["user"] = user
+            if password is not None:
+                fields["pass"] = password
+        elif opts.token:
+            fields["auth_token"] = opts.token
+        self._out.append(encode_connect(fields))
+        self._out.append(PING)
+        self.state = State.AWAIT_PONG
+
+    def _process(self, frames: Sequence[Any], now: float) -> None:
+        events = self._events
+        stats = self.stats
+        subs = self._subs
+        resp_sid = self._resp_sid
+        for frame in frames:
+            if frame.__class__ is MsgReceived:
+                stats.msgs_in += 1
+                stats.bytes_in += frame.size
+                sid = frame.sid
+                sub = subs.get(sid)
+                if sub is None:
+                    continue  # late message for a subscription already gone
+                if sid == resp_sid:
+                    token = frame.subject[len(self._resp_prefix) :]
+                    if token in self._requests:
+                        self._requests.discard(token)
+                        events.append(ev.ReplyReceived(token=token, msg=frame))
+                    continue
+                sub.delivered += 1
+                if sub.max_msgs is not None and sub.delivered >= sub.max_msgs:
+                    del subs[sid]
+                    events.append(frame)
+                    events.append(ev.SubscriptionEnded(sid=sid, error=None))
+                    continue
+                events.append(frame)
+            elif frame.__class__ is PingReceived:
+                self._out.append(PONG)
+            elif frame.__class__ is PongReceived:
+                self._on_pong(now)
+            elif frame.__class__ is InfoReceived:
+                self._on_info(frame.info, now)
+            elif frame.__class__ is ErrReceived:
+                self._on_err(frame.text, now)
+            elif frame.__class__ is OkReceived:
+                pass
+            if self.state not in _TRANSPORT_UP:
+                return  # the connection is being closed: drop what followed
+
+    def _on_pong(self, now: float) -> None:
+        if self.state is State.AWAIT_PONG:
+            self._handshake_done(now)
+            return
+        self._pings_out = 0
+        if self._pings:
+            token = self._pings.popleft()
+            if token is not None:
+                self._events.append(ev.FlushCompleted(token=token))
+
+    def _handshake_done(self, now: float) -> None:
+        entry = self._current
+        assert entry is not None
+        self.state = State.CONNECTED
+        self._current_connected = True
+        self._timers.pop("connect", None)
+        entry.attempts = 0
+        entry.auth_failures = 0
+        out = self._out
+        for sid, sub in self._subs.items():
+            out.append(encode_sub(sub.subject, sub.queue, sid))
+            if sub.max_msgs is not None:
+                out.append(encode_unsub(sid, sub.max_msgs - sub.delivered))
+        if self._pending:
+            kept = [f for f in self._pending if _frame_payload_size(f) <= self.max_payload]
+            if len(kept) != len(self._pending):
+                self._events.append(
+                    ev.PublishesDropped(
+                        count=len(self._pending) - len(kept),
+                        reason=f"larger than the new server's max_payload {self.max_payload}",
+                    )
+                )
+            out.extend(kept)
+            self._pending.clear()
+            self._pending_size = 0
+        for token in self._unsent_flushes:
+            self._pings.append(token)
+            out.append(PING)
+        self._unsent_flushes.clear()
+        self._pings_out = 0
+        self._timers["ping"] = now + self.options.ping_interval
+        url = entry.address.url
+        if self._ever_connected:
+            self.stats.reconnects += 1
+            self._events.append(ev.Reconnected(url=url, server_info=self.server_info))
+        else:
+            self._ever_connected = True
+            self._events.append(ev.Connected(url=url, server_info=self.server_info))
+
+    def _on_info(self, info: dict[str, Any], now: float) -> None:
+        mp = info.get("max_payload", DEFAULT_MAX_PAYLOAD)
+        if type(mp) is not int or not 0 < mp <= MAX_MAX_PAYLOAD:
+            raise RemoteProtocolError(f"INFO has an invalid max_payload {mp!r}")
+        first = self.state is State.AWAIT_INFO
+        self.server_info = info
+        self.max_payload = mp
+        self._parser.max_payload = mp
+        self._discover(info.get("connect_urls"), "connect_urls")
+        ldm = info.get("ldm")
+        if ldm is not None and type(ldm) is not bool:
+            self._events.append(ev.ServerPoolWarning(message=f"ignored a non-boolean ldm {ldm!r} in INFO"))
+        elif ldm is True and not self._lame_duck_seen and self._current is not None:
+            self._lame_duck_seen = True
+            self._current.lame_duck = True
+            self._events.append(ev.LameDuck(url=self._current.address.url))
+        if not first:
+            return
+        tls_offered = info.get("tls_required") is True or info.get("tls_available") is True
+        if self.options.tls_first:
+            self._send_connect()
+        elif self._wants_tls or info.get("tls_required") is True:
+            if not tls_offered:
+                self._close_transport(
+                    SecureConnectionRequiredError("TLS is required by the client but the server does not offer it")
+                )
+                return
+            self.state = State.TLS_HANDSHAKE
+            self._events.append(ev.TlsUpgradeRequested(hostname=self._tls_hostname_for_current()))
+        else:
+            self._send_connect()
+
+    def _tls_hostname_for_current(self) -> str:
+        entry = self._current
+        assert entry is not None
+        return self._tls_hostname if entry.address.discovered else entry.address.host
+
+    def _discover(self, urls: object, field: str) -> None:
+        if urls is None:
+            return
+        if not isinstance(urls, list):
+            self._events.append(ev.ServerPoolWarning(message=f"ignored INFO {field}: not a list"))
+            return
+        if self.options.ignore_discovered_servers:
+            return
+        known = {(e.address.host, e.address.port) for e in self._pool}
+        added: list[str] = []
+        scheme = "tls" if self._wants_tls else "nats"
+        for raw in urls:
+            if len(self._pool) >= MAX_DISCOVERED:
+                self._events.append(ev.ServerPoolWarning(message=f"server pool is full ({MAX_DISCOVERED}); ignored the rest"))
+                break
+            if not isinstance(raw, str) or not raw or any(c in raw for c in "\x00\r\n\t /@"):
+                self._events.append(ev.ServerPoolWarning(message=f"ignored a malformed connect_url {str(raw)[:64]!r}"))
+                continue
+            try:
+                addr = parse_server_url(raw, discovered=True, default_scheme=scheme)
+            except InvalidOptionError as exc:
+                self._events.append(ev.ServerPoolWarning(message=f"ignored a malformed connect_url: {exc}"))
+                continue
+            if (addr.host, addr.port) in known:
+                continue
+            known.add((addr.host, addr.port))
+            self._pool.append(_Entry(addr))
+            added.append(addr.url)
+        if added:
+            self._events.append(ev.ServersDiscovered(urls=tuple(added)))
+
+    def _on_err(self, text: str, now: float) -> None:
+        low = text.lower()
+        if low.startswith("permissions violation"):
+            err = _permissions_error(text)
+            self._events.append(ev.ServerError(error=err, fatal=False))
+            if err.operation == "subscription":
+                for sid, sub in list(self._subs.items()):
+                    if sub.subject.decode() == err.subject and (err.queue is None or sub.queue == err.queue.encode()):
+                        del self._subs[sid]
+                        self._events.append(ev.SubscriptionEnded(sid=sid, error=err))
+            return
+        fatal_err: Exception
+        if low.startswith("authorization violation"):
+            fatal_err = AuthorizationError(text)
+        elif low.startswith("user authentication expired") or low.startswith("authentication expired"):
+            fatal_err = AuthorizationExpiredError(text)
+        elif low.startswith("stale connection"):
+            fatal_err = StaleConnectionError(text)
+        elif low.startswith("maximum payload violation"):
+            fatal_err = MaxPayloadError(text)
+        else:
+            # Unknown errors: report; the server closes the connection if it is fatal.
+            self._events.append(ev.ServerError(error=ServerError(text), fatal=False))
+            return
+        self._events.append(ev.ServerError(error=fatal_err, fatal=True))
+        self._close_transport(fatal_err)
+
+
+def _permissions_error(text: str) -> PermissionsViolationError:
+    # 'Permissions Violation for Publish to "x"' / 'for Subscription to "a" using queue "q"'
+    low = text.lower()
+    operation = "publish" if " for publish" in low else "subscription" if " for subscription" in low else ""
+    quoted = text.split('"')
+    subject = quoted[1] if len(quoted) >= 3 else ""
+    queue = quoted[3] if len(quoted) >= 5 and "using queue" in low else None
+    return PermissionsViolationError(text, operation=operation, subject=subject, queue=queue)
+
+
+def _frame_payload_size(frame: bytes) -> int:
+    line_end = frame.index(b"\r\n")
+    return int(frame[:line_end].rsplit(b" ", 1)[1])
+
+
+def _b36(n: int) -> str:
+    digits = []
+    while True:
+        n, r = divmod(n, 36)
+        digits.append(_NUID_ALPHABET[r])
+        if not n:
+            return "".join(reversed(digits))

@@ -1,0 +1,234 @@
+"""NATS message headers: the ``Headers`` multi-dict, strict encoding and strict parsing.
+
+Wire form of a header block::
+
+    NATS/1.0[ <3-digit status>[ <description>]]\r\n
+    Key: Value\r\n            (zero or more, keys may repeat)
+    \r\n
+
+Keys are RFC 7230 tokens. Values may hold any text except CR, LF and other control characters
+(TAB excepted). Invalid input raises :class:`BadHeaderError` when encoding and
+:class:`RemoteProtocolError` when parsing; nothing is ever rewritten or sanitized.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Union
+
+from .errors import BadHeaderError, RemoteProtocolError
+
+__all__ = ["Headers", "HeadersInput", "encode_headers", "parse_header_block", "HEADER_PREFIX"]
+
+HEADER_PREFIX = b"NATS/1.0"
+_EMPTY_BLOCK = b"NATS/1.0\r\n\r\n"
+
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+# Control characters forbidden in values: everything below 0x20 except TAB, and DEL.
+_BAD_VALUE_CHARS = frozenset(chr(c) for c in range(0x20) if c != 0x09) | {"\x7f"}
+
+
+class Headers:
+    """An ordered, case-preserving multi-dict of header keys to string values.
+
+    Lookups (``h[key]``, ``get``, ``get_all``, ``in``) are case-insensitive, as in HTTP; the
+    case given is what goes on the wire. ``h[key]`` and ``get`` give the first value.
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: HeadersInput | None = None) -> None:
+        self._items: list[tuple[str, str]] = []
+        if items is not None:
+            self._items.extend(_iter_input(items))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def __getitem__(self, key: str) -> str:
+        k = key.lower()
+        for name, value in self._items:
+            if name.lower() == k:
+                return value
+        raise KeyError(key)
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        k = key.lower()
+        for name, value in self._items:
+            if name.lower() == k:
+                return value
+        return default
+
+    def get_all(self, key: str) -> list[str]:
+        k = key.lower()
+        return [value for name, value in self._items if name.lower() == k]
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str):
+            return False
+        k = key.lower()
+        return any(name.lower() == k for name, _ in self._items)
+
+    def items(self) -> list[tuple[str, str]]:
+        """Every (key, value) pair, in order, repeated keys included."""
+        return list(self._items)
+
+    def keys(self) -> list[str]:
+        """The distinct keys, in order of first appearance."""
+        seen: dict[str, str] = {}
+        for name, _ in self._items:
+            seen.setdefault(name.lower(), name)
+        return list(seen.values())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def add(self, key: str, value: str) -> None:
+        """Append a value, keeping earlier values of the same key."""
+        self._items.append((key, value))
+
+    def __setitem__(self, key: str, value: str) -> None:
+        """Replace every value of ``key`` with this one."""
+        k = key.lower()
+        self._items = [(n, v) for n, v in self._items if n.lower() != k]
+        self._items.append((key, value))
+
+    def __delitem__(self, key: str) -> None:
+        k = key.lower()
+        kept = [(n, v) for n, v in self._items if n.lower() != k]
+        if len(kept) == len(self._items):
+            raise KeyError(key)
+        self._items = kept
+
+    def copy(self) -> Headers:
+        h = Headers()
+        h._items = list(self._items)
+        return h
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Headers):
+            return self._items == other._items
+        return NotImplemented
+
+    def __hash__(self) -> int:  # mutable
+        raise TypeError("Headers is not hashable")
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
+
+
+HeadersInput = Union[Headers, Mapping[str, Union[str, Sequence[str]]], Iterable[tuple[str, str]]]
+
+
+def _iter_input(items: HeadersInput) -> Iterator[tuple[str, str]]:
+    if isinstance(items, Headers):
+        yield from items._items
+        return
+    if isinstance(items, Mapping):
+        for key, value in items.items():
+            if isinstance(value, str):
+                yield key, value
+            elif isinstance(value, (list, tuple)):
+                for v in value:
+                    yield key, v
+            else:
+                raise BadHeaderError(f"header {key!r}: value must be a str or a sequence of str, got {type(value).__name__}")
+        return
+    for pair in items:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise BadHeaderError(f"headers: expected (key, value) pairs, got {pair!r}")
+        yield pair
+
+
+def _check_key(key: object) -> str:
+    if not isinstance(key, str):
+        raise BadHeaderError(f"header key must be a str, got {type(key).__name__}")
+    if not key:
+        raise BadHeaderError("header key must not be empty")
+    for ch in key:
+        if ch not in _TOKEN_CHARS:
+            raise BadHeaderError(f"header key {key!r} has an invalid character {ch!r}")
+    return key
+
+
+def _check_value(key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise BadHeaderError(f"header {key!r}: value must be a str, got {type(value).__name__}")
+    if not _BAD_VALUE_CHARS.isdisjoint(value):
+        raise BadHeaderError(f"header {key!r}: value {value!r} has a control character (CR/LF are never rewritten)")
+    return value
+
+
+def encode_headers(headers: HeadersInput | None) -> bytes:
+    """Encode headers to a NATS header block, validating every key and value.
+
+    Returns ``b""`` for ``None``. An empty collection gives the minimal block ``NATS/1.0\\r\\n\\r\\n``.
+    """
+    if headers is None:
+        return b""
+    parts = ["NATS/1.0\r\n"]
+    for key, value in _iter_input(headers):
+        k = _check_key(key)
+        parts.append(f"{k}: {_check_value(k, value)}\r\n")
+    parts.append("\r\n")
+    return "".join(parts).encode()
+
+
+def parse_header_block(block: bytes) -> tuple[Headers, int | None, str | None]:
+    """Parse a whole header block (``NATS/1.0 ... \\r\\n\\r\\n``).
+
+    Returns ``(headers, status, description)``; status is ``None`` for a plain header block.
+    Raises :class:`RemoteProtocolError` on anything malformed.
+    """
+    if not block.startswith(HEADER_PREFIX):
+        raise RemoteProtocolError(f"header block does not start with NATS/1.0: {block[:16]!r}")
+    if not block.endswith(b"\r\n\r\n"):
+        raise RemoteProtocolError("header block does not end with an empty line")
+    if block == _EMPTY_BLOCK:
+        return Headers(), None, None
+    try:
+        text = block[:-4].decode()
+    except UnicodeDecodeError as exc:
+        raise RemoteProtocolError("header block is not valid UTF-8") from exc
+    lines = text.split("\r\n")
+    first = lines[0]
+    status: int | None = None
+    description: str | None = None
+    if len(first) > 8:
+        if first[8] != " ":
+            raise RemoteProtocolError(f"bad header version line {first[:32]!r}")
+        rest = first[9:]
+        code = rest[:3]
+        if len(code) != 3 or not (code.isascii() and code.isdigit()):
+            raise RemoteProtocolError(f"bad status code in {first[:32]!r}")
+        status = int(code)
+        if len(rest) > 3:
+            if rest[3] != " ":
+                raise RemoteProtocolError(f"bad status line {first[:64]!r}")
+            description = rest[4:].strip()
+            if not _BAD_VALUE_CHARS.isdisjoint(description):
+                raise RemoteProtocolError("control character in status description")
+    headers = Headers()
+    items = headers._items
+    for line in lines[1:]:
+        if not line:
+            raise RemoteProtocolError("empty line inside a header block")
+        if line[0] in " \t":
+            raise RemoteProtocolError("folded (continuation) header lines are not allowed")
+        key, sep, value = line.partition(":")
+        if not sep:
+            raise RemoteProtocolError(f"header line without a colon: {line[:64]!r}")
+        if not key or not _TOKEN_CHARS.issuperset(key):
+            raise RemoteProtocolError(f"invalid header key {key[:64]!r}")
+        value = value.strip(" \t")
+        if not _BAD_VALUE_CHARS.isdisjoint(value):
+            raise RemoteProtocolError(f"control character in header {key!r}")
+        items.append((key, value))
+    return headers, status, description

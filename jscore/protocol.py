@@ -1,0 +1,474 @@
+"""The NATS client wire protocol: a streaming parser for server frames and the client encoders.
+
+The parser is strict: exact CRLF framing, a bounded control line (INFO has its own, larger cap),
+sizes checked before any payload is buffered, and a header block parsed by
+:func:`jscore.headers.parse_header_block`. Whatever bytes it is fed, the only exception that
+leaves :meth:`Parser.feed` is :class:`RemoteProtocolError`; after one, the parser is poisoned and
+every later call raises again.
+
+Subject validation and frame encoding for the client side live here too; each raises its typed
+error before any byte is produced.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final, Union
+
+import msgspec
+
+from .errors import BadSubjectError, RemoteProtocolError
+from .headers import Headers, parse_header_block
+
+__all__ = [
+    "MAX_CONTROL_LINE",
+    "MAX_INFO_LINE",
+    "PAYLOAD_MARGIN",
+    "DEFAULT_MAX_PAYLOAD",
+    "InfoReceived",
+    "MsgReceived",
+    "PingReceived",
+    "PongReceived",
+    "OkReceived",
+    "ErrReceived",
+    "ParserEvent",
+    "Parser",
+    "CONNECT_FIELDS",
+    "encode_connect",
+    "encode_pub",
+    "encode_hpub",
+    "encode_sub",
+    "encode_unsub",
+    "PING",
+    "PONG",
+    "check_publish_subject",
+    "check_subscribe_subject",
+    "check_queue_group",
+]
+
+MAX_CONTROL_LINE: Final = 4096
+"""Longest control line (without CRLF) accepted from the server; the server's own default."""
+MAX_INFO_LINE: Final = 1024 * 1024
+"""INFO may carry a long connect_urls list; it gets its own cap."""
+PAYLOAD_MARGIN: Final = 64 * 1024
+"""Slack above max_payload for server-added headers (JetStream adds some to stored messages)."""
+DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024
+MAX_MAX_PAYLOAD: Final = 64 * 1024 * 1024
+"""The server refuses max_payload above 64 MiB; an INFO claiming more is malformed."""
+
+PING: Final = b"PING\r\n"
+PONG: Final = b"PONG\r\n"
+
+_MIN_HEADER_BLOCK = len(b"NATS/1.0\r\n\r\n")
+_MAX_SIZE_DIGITS = 10  # enough for any size we accept; longer digit strings are rejected early
+
+
+# --- events -------------------------------------------------------------------------------
+
+
+class InfoReceived(msgspec.Struct, frozen=True, kw_only=True):
+    """An ``INFO`` frame. ``info`` is the decoded JSON object, uninterpreted."""
+
+    info: dict[str, Any]
+
+
+class MsgReceived(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A ``MSG`` or ``HMSG`` frame.
+
+    ``size`` is the message size as the server accounts it: subject + reply + header block +
+    payload (the unit of JetStream's pending-bytes accounting). ``status`` and ``description``
+    come from a ``NATS/1.0 <code> <description>`` header line, if there is one.
+    """
+
+    subject: str
+    sid: int
+    reply: str | None
+    data: bytes
+    headers: Headers | None
+    status: int | None = None
+    description: str | None = None
+    size: int = 0
+
+
+class PingReceived(msgspec.Struct, frozen=True):
+    """``PING``: the connection machine answers with ``PONG``."""
+
+
+class PongReceived(msgspec.Struct, frozen=True):
+    """``PONG``."""
+
+
+class OkReceived(msgspec.Struct, frozen=True):
+    """``+OK`` (only sent in verbose mode, which this client does not ask for)."""
+
+
+class ErrReceived(msgspec.Struct, frozen=True):
+    """``-ERR``; ``text`` has the message without its quotes."""
+
+    text: str
+
+
+ParserEvent = Union[InfoReceived, MsgReceived, PingReceived, PongReceived, OkReceived, ErrReceived]
+
+_PING_EVENT: Final = PingReceived()
+_PONG_EVENT: Final = PongReceived()
+_OK_EVENT: Final = OkReceived()
+_info_decoder: Final = msgspec.json.Decoder(dict[str, Any])
+
+
+def _size(arg: bytes, what: str) -> int:
+    if not arg.isdigit() or len(arg) > _MAX_SIZE_DIGITS:
+        raise RemoteProtocolError(f"bad {what}: {arg[:24]!r}")
+    return int(arg)
+
+
+def _text(arg: bytes, what: str) -> str:
+    try:
+        return arg.decode()
+    except UnicodeDecodeError as exc:
+        raise RemoteProtocolError(f"{what} is not valid UTF-8") from exc
+
+
+class Parser:
+    """Streaming parser of server-to-client frames.
+
+    ``feed(data)`` returns the complete frames found so far, in order; a partial frame stays
+    buffered. Buffered bytes never exceed the control-line cap plus the largest accepted message.
+    """
+
+    __slots__ = ("_buf", "_chunks", "_have", "_need", "_max_msg", "_error")
+
+    def __init__(self, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
+        self._buf = b""
+        self._chunks: list[bytes] = []
+        self._have = 0
+        self._need = 0  # bytes needed before parsing can make progress (0: unknown)
+        self._max_msg = max_payload + PAYLOAD_MARGIN
+        self._error: RemoteProtocolError | None = None
+
+    @property
+    def max_payload(self) -> int:
+        return self._max_msg - PAYLOAD_MARGIN
+
+    @max_payload.setter
+    def max_payload(self, value: int) -> None:
+        self._max_msg = value + PAYLOAD_MARGIN
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for an incomplete frame."""
+        return len(self._buf) + self._have
+
+    @property
+    def poisoned(self) -> bool:
+        return self._error is not None
+
+    def feed(self, data: bytes) -> list[ParserEvent]:
+        if self._error is not None:
+            raise RemoteProtocolError(f"parser is poisoned by an earlier error: {self._error}")
+        if self._need:
+            # Waiting for a large payload: collect without re-joining on every chunk.
+            self._chunks.append(bytes(data))
+            self._have += len(data)
+            if len(self._buf) + self._have < self._need:
+                return []
+            buf = self._buf + b"".join(self._chunks)
+            self._chunks.clear()
+            self._have = 0
+            self._need = 0
+        elif self._buf:
+            buf = self._buf + data
+        else:
+            buf = bytes(data)
+        try:
+            events, pos = self._parse(buf)
+        except RemoteProtocolError as exc:
+            self._poison(exc)
+            raise
+        except Exception as exc:  # defensive: nothing but RemoteProtocolError may escape
+            err = RemoteProtocolError(f"malformed input: {type(exc).__name__}: {exc}")
+            self._poison(err)
+            raise err from exc
+        self._buf = buf[pos:] if pos < len(buf) else b""
+        return events
+
+    def _poison(self, exc: RemoteProtocolError) -> None:
+        self._error = exc
+        self._buf = b""
+        self._chunks.clear()
+        self._have = 0
+        self._need = 0
+
+    def _parse(self, buf: bytes) -> tuple[list[ParserEvent], int]:
+        events: list[ParserEvent] = []
+        append = events.append
+        pos = 0
+        n = len(buf)
+        max_msg = self._max_msg
+        while pos < n:
+            end = buf.find(b"\r\n", pos, pos + MAX_INFO_LINE + 2)
+            if end < 0:
+                self._check_partial_line(buf, pos, n)
+                break
+            if end - pos > MAX_CONTROL_LINE and buf[pos : pos + 4].upper() != b"INFO":
+                raise RemoteProtocolError("control line too long")
+            op = buf[pos : pos + 4]
+            if op == b"MSG ":
+                args = buf[pos + 4 : end].split()
+                nargs = len(args)
+                if nargs == 3:
+                    subject_b, sid_b, size_b = args
+                    reply_b = b""
+                elif nargs == 4:
+                    subject_b, sid_b, reply_b, size_b = args
+                else:
+                    raise RemoteProtocolError(f"MSG needs 3 or 4 arguments, got {nargs}")
+                size = _size(size_b, "MSG size")
+                if size > max_msg:
+                    raise RemoteProtocolError(f"MSG size {size} exceeds max_payload")
+                start = end + 2
+                stop = start + size
+                if stop + 2 > n:
+                    self._need = stop + 2 - pos
+                    break
+                if buf[stop : stop + 2] != b"\r\n":
+                    raise RemoteProtocolError("MSG payload is not followed by CRLF")
+                if not sid_b.isdigit():
+                    raise RemoteProtocolError(f"bad MSG sid {sid_b[:24]!r}")
+                append(
+                    MsgReceived(
+                        subject=_text(subject_b, "subject"),
+                        sid=int(sid_b),
+                        reply=_text(reply_b, "reply subject") if reply_b else None,
+                        data=buf[start:stop],
+                        headers=None,
+                        size=len(subject_b) + len(reply_b) + size,
+                    )
+                )
+                pos = stop + 2
+            elif op == b"HMSG":
+                nxt = self._parse_hmsg(buf, pos, end, n, max_msg, append)
+                if nxt < 0:
+                    break
+                pos = nxt
+            else:
+                line = buf[pos:end]
+                pos = end + 2
+                self._parse_control(line, append)
+        return events, pos
+
+    def _check_partial_line(self, buf: bytes, pos: int, n: int) -> None:
+        pending = n - pos
+        if pending > MAX_CONTROL_LINE + 1:
+            head = buf[pos : pos + 5].upper()
+            if not head.startswith(b"INFO") or pending > MAX_INFO_LINE + 1:
+                raise RemoteProtocolError("control line too long (no CRLF)")
+
+    def _parse_hmsg(self, buf: bytes, pos: int, end: int, n: int, max_msg: int, append: Any) -> int:
+        if buf[pos + 4 : pos + 5] != b" ":
+            self._parse_control(buf[pos:end], append)  # let the generic path report it
+            return end + 2
+        args = buf[pos + 5 : end].split()
+        nargs = len(args)
+        if nargs == 4:
+            subject_b, sid_b, hdr_b, size_b = args
+            reply_b = b""
+        elif nargs == 5:
+            subject_b, sid_b, reply_b, hdr_b, size_b = args
+        else:
+            raise RemoteProtocolError(f"HMSG needs 4 or 5 arguments, got {nargs}")
+        hdr = _size(hdr_b, "HMSG header size")
+        size = _size(size_b, "HMSG total size")
+        if size > max_msg:
+            raise RemoteProtocolError(f"HMSG size {size} exceeds max_payload")
+        if hdr > size:
+            raise RemoteProtocolError(f"HMSG header size {hdr} > total size {size}")
+        if hdr < _MIN_HEADER_BLOCK:
+            raise RemoteProtocolError(f"HMSG header size {hdr} is too small for a header block")
+        start = end + 2
+        stop = start + size
+        if stop + 2 > n:
+            self._need = stop + 2 - pos
+            return -1
+        if buf[stop : stop + 2] != b"\r\n":
+            raise RemoteProtocolError("HMSG payload is not followed by CRLF")
+        if not sid_b.isdigit():
+            raise RemoteProtocolError(f"bad HMSG sid {sid_b[:24]!r}")
+        headers, status, description = parse_header_block(buf[start : start + hdr])
+        append(
+            MsgReceived(
+                subject=_text(subject_b, "subject"),
+                sid=int(sid_b),
+                reply=_text(reply_b, "reply subject") if reply_b else None,
+                data=buf[start + hdr : stop],
+                headers=headers,
+                status=status,
+                description=description,
+                size=len(subject_b) + len(reply_b) + size,
+            )
+        )
+        return stop + 2
+
+    def _parse_control(self, line: bytes, append: Any) -> None:
+        head, _, rest = line.partition(b" ")
+        op = head.upper()
+        if op == b"PING" and not rest.strip(b" \t"):
+            append(_PING_EVENT)
+        elif op == b"PONG" and not rest.strip(b" \t"):
+            append(_PONG_EVENT)
+        elif op == b"+OK" and not rest.strip(b" \t"):
+            append(_OK_EVENT)
+        elif op == b"-ERR":
+            text = rest.strip(b" \t").decode(errors="replace")
+            if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
+                text = text[1:-1]
+            append(ErrReceived(text))
+        elif op == b"INFO":
+            body = rest.strip(b" \t")
+            if not body:
+                raise RemoteProtocolError("INFO without a JSON body")
+            try:
+                info = _info_decoder.decode(body)
+            except msgspec.DecodeError as exc:
+                raise RemoteProtocolError(f"INFO is not a JSON object: {exc}") from exc
+            append(InfoReceived(info=info))
+        elif op in (b"MSG", b"HMSG"):
+            # Lowercase or tab-separated forms of MSG/HMSG are not sent by any server.
+            raise RemoteProtocolError(f"malformed {op.decode()} control line")
+        else:
+            raise RemoteProtocolError(f"unknown protocol operation {line[:16]!r}")
+
+
+# --- encoders -----------------------------------------------------------------------------
+
+CONNECT_FIELDS: Final = frozenset(
+    {
+        "verbose",
+        "pedantic",
+        "tls_required",
+        "auth_token",
+        "user",
+        "pass",
+        "name",
+        "lang",
+        "version",
+        "protocol",
+        "echo",
+        "sig",
+        "jwt",
+        "nkey",
+        "no_responders",
+        "headers",
+    }
+)
+"""The only keys a CONNECT may carry (never a pass-through of user dicts: CVE-2020-26149)."""
+
+_json_encoder: Final = msgspec.json.Encoder()
+
+
+def encode_connect(fields: Mapping[str, Any]) -> bytes:
+    unknown = set(fields) - CONNECT_FIELDS
+    if unknown:
+        raise ValueError(f"CONNECT fields not in the allow-list: {sorted(unknown)}")
+    return b"CONNECT " + _json_encoder.encode(dict(fields)) + b"\r\n"
+
+
+def encode_pub(subject: bytes, reply: bytes | None, payload: bytes) -> bytes:
+    """``PUB`` frame from an already validated, encoded subject."""
+    if reply:
+        return b"PUB %s %s %d\r\n%s\r\n" % (subject, reply, len(payload), payload)
+    return b"PUB %s %d\r\n%s\r\n" % (subject, len(payload), payload)
+
+
+def encode_hpub(subject: bytes, reply: bytes | None, header_block: bytes, payload: bytes) -> bytes:
+    """``HPUB`` frame; ``header_block`` comes from :func:`jscore.headers.encode_headers`."""
+    hl = len(header_block)
+    if reply:
+        return b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subject, reply, hl, hl + len(payload), header_block, payload)
+    return b"HPUB %s %d %d\r\n%s%s\r\n" % (subject, hl, hl + len(payload), header_block, payload)
+
+
+def encode_sub(subject: bytes, queue: bytes | None, sid: int) -> bytes:
+    if queue:
+        return b"SUB %s %s %d\r\n" % (subject, queue, sid)
+    return b"SUB %s %d\r\n" % (subject, sid)
+
+
+def encode_unsub(sid: int, max_msgs: int | None = None) -> bytes:
+    if max_msgs is not None:
+        return b"UNSUB %d %d\r\n" % (sid, max_msgs)
+    return b"UNSUB %d\r\n" % sid
+
+
+# --- subject validation -------------------------------------------------------------------
+
+# Whitespace (ASCII and Unicode) and control characters are never allowed in a subject.
+_BAD_SUBJECT_CHAR: Final = re.compile(r"[\s\x00-\x1f\x7f]")
+# Room left on a 4096-byte control line for "HPUB <subject> <reply> <hdr> <total>\r\n".
+MAX_SUBJECT_BYTES: Final = 1800
+_CACHE_LIMIT: Final = 8192
+_pub_cache: dict[str, bytes] = {}
+_sub_cache: dict[str, bytes] = {}
+
+
+def _check_common(subject: object, what: str) -> tuple[str, list[str]]:
+    if not isinstance(subject, str):
+        raise BadSubjectError(f"{what} must be a str, got {type(subject).__name__}")
+    if not subject:
+        raise BadSubjectError(f"{what} must not be empty")
+    bad = _BAD_SUBJECT_CHAR.search(subject)
+    if bad is not None:
+        raise BadSubjectError(f"{what} {subject[:64]!r} has whitespace or a control character {bad.group()!r}")
+    tokens = subject.split(".")
+    if "" in tokens:
+        raise BadSubjectError(f"{what} {subject[:64]!r} has an empty token")
+    return subject, tokens
+
+
+def _remember(cache: dict[str, bytes], subject: str, encoded: bytes) -> bytes:
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[subject] = encoded
+    return encoded
+
+
+def check_publish_subject(subject: str, what: str = "subject") -> bytes:
+    """Validate a subject to publish to (or a reply subject) and return it encoded."""
+    cached = _pub_cache.get(subject)
+    if cached is not None:
+        return cached
+    subject, tokens = _check_common(subject, what)
+    for tok in tokens:
+        if tok == "*" or tok == ">":
+            raise BadSubjectError(f"{what} {subject[:64]!r} has a wildcard; publish subjects must be literal")
+    encoded = subject.encode()
+    if len(encoded) > MAX_SUBJECT_BYTES:
+        raise BadSubjectError(f"{what} is {len(encoded)} bytes; the limit is {MAX_SUBJECT_BYTES}")
+    return _remember(_pub_cache, subject, encoded)
+
+
+def check_subscribe_subject(subject: str) -> bytes:
+    """Validate a subscription subject (wildcards allowed as whole tokens, ``>`` last)."""
+    cached = _sub_cache.get(subject)
+    if cached is not None:
+        return cached
+    subject, tokens = _check_common(subject, "subject")
+    for i, tok in enumerate(tokens):
+        if tok == ">" and i != len(tokens) - 1:
+            raise BadSubjectError(f"subject {subject[:64]!r}: '>' must be the last token")
+    encoded = subject.encode()
+    if len(encoded) > MAX_SUBJECT_BYTES:
+        raise BadSubjectError(f"subject is {len(encoded)} bytes; the limit is {MAX_SUBJECT_BYTES}")
+    return _remember(_sub_cache, subject, encoded)
+
+
+def check_queue_group(queue: str) -> bytes:
+    if not isinstance(queue, str):
+        raise BadSubjectError(f"queue group must be a str, got {type(queue).__name__}")
+    if not queue or _BAD_SUBJECT_CHAR.search(queue):
+        raise BadSubjectError(f"invalid queue group {queue[:64]!r}")
+    encoded = queue.encode()
+    if len(encoded) > MAX_SUBJECT_BYTES:
+        raise BadSubjectError("queue group name is too long")
+    return encoded
