@@ -222,6 +222,7 @@ class Connection:
         self.server_info: dict[str, Any] = {}
         self.max_payload = DEFAULT_MAX_PAYLOAD
         self._out: list[bytes] = []
+        self.out_bytes = 0  # bytes in _out, for the transport's high-water check
         self._pending: list[bytes] = []  # publishes held while not connected
         self._pending_size = 0
         self._subs: dict[int, _Sub] = {}
@@ -261,8 +262,14 @@ class Connection:
             return b""
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
+        self.out_bytes = 0
         self.stats.bytes_out += len(data)
         return data
+
+    @property
+    def has_work(self) -> bool:
+        """Output or events are waiting for the transport."""
+        return bool(self._out) or bool(self._events)
 
     @property
     def is_connected(self) -> bool:
@@ -449,9 +456,9 @@ class Connection:
                 frame = b"PUB %s %s %d\r\n%s\r\n" % (subj, rep, len(payload), payload)
             else:
                 frame = b"PUB %s %d\r\n%s\r\n" % (subj, len(payload), payload)
-        state = self.state
-        if state is State.CONNECTED:
+        if self.state is State.CONNECTED:
             self._out.append(frame)
+            self.out_bytes += len(frame)
         else:
             self._buffer(frame)
         self.stats.msgs_out += 1
@@ -631,6 +638,7 @@ class Connection:
         if self._out:
             kept = [f for f in self._out if f.startswith((b"PUB ", b"HPUB "))]
             self._out.clear()
+            self.out_bytes = 0
             if kept:
                 self._pending[:0] = kept
                 self._pending_size += sum(map(len, kept))

@@ -1,0 +1,848 @@
+"""The blocking NATS client: one socket, one I/O thread, one lock.
+
+Application threads call into the core machine under the lock and, only if the I/O thread is
+asleep, poke a wake-up socket. The I/O thread is the only code that touches the socket: it
+waits in ``select`` on the socket and the wake-up socket with the core's ``next_deadline``, feeds
+bytes and timeouts to the core, writes ``data_to_send()`` in large coalesced writes and routes
+events to whoever waits for them. User callbacks never run on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import random
+import select
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, Union
+
+from jscore import events as ev
+from jscore.connection import ConnectOptions, Connection, State
+from jscore.errors import (
+    ClientForkedError,
+    ConnectionClosedError,
+    InvalidOptionError,
+    NatsError,
+    NoRespondersError,
+    TimeoutError,
+)
+from jscore.headers import HeadersInput
+from jscore.protocol import MsgReceived
+
+from .events import CallbackError, SlowConsumer
+from .msg import Msg
+
+__all__ = ["Client", "Subscription", "connect"]
+
+EventCallback = Callable[[Any], None]
+
+_READ_SIZE: Final = 256 * 1024
+_HIGH_WATER: Final = 32 * 1024 * 1024  # queued output above which publishers wait
+_LOW_WATER: Final = 8 * 1024 * 1024
+_DEFAULT_PENDING_MSGS: Final = 512 * 1024
+_monotonic = time.monotonic
+
+# --- fork safety -------------------------------------------------------------------------------
+
+_fork_generation = 0
+
+
+def _after_fork_in_child() -> None:
+    global _fork_generation
+    _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Stop:
+    """Sentinel put on queues to wake a reader: the subscription (or client) ended."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+
+_QueueItem = Union[MsgReceived, _Stop]
+
+
+class Subscription:
+    """A core NATS subscription: iterate it, call ``next_msg``, or give a callback."""
+
+    def __init__(
+        self,
+        client: Client,
+        subject: str,
+        queue_group: str | None,
+        callback: Callable[[Msg], None] | None,
+        pending_msgs_limit: int,
+    ) -> None:
+        self._client = client
+        self.subject = subject
+        self.queue = queue_group
+        self.sid = 0
+        self._callback = callback
+        self._q: queue.SimpleQueue[_QueueItem] = queue.SimpleQueue()
+        self._limit = pending_msgs_limit
+        self._ended: BaseException | None | bool = False  # False: active; None/exc: ended
+        self._dropped = 0
+        self._delivered = 0
+        self._thread: threading.Thread | None = None
+        self._idle = threading.Event()
+        self._idle.set()
+
+    # -- fed by the I/O thread (under the client lock) -------------------------------------
+
+    def _deliver(self, m: MsgReceived) -> None:
+        q = self._q
+        if q.qsize() >= self._limit:
+            self._dropped += 1
+            if self._dropped == 1 or self._dropped % 1000 == 0:
+                self._client._emit(SlowConsumer(sid=self.sid, subject=self.subject, dropped=self._dropped))
+            return
+        if self._callback is not None:
+            self._idle.clear()
+        q.put(m)
+
+    def _end(self, error: BaseException | None) -> None:
+        if self._ended is not False:
+            return
+        self._ended = error
+        self._q.put(_Stop(error))
+
+    # -- public ------------------------------------------------------------------------------
+
+    @property
+    def pending_msgs(self) -> int:
+        return self._q.qsize()
+
+    @property
+    def delivered(self) -> int:
+        return self._delivered
+
+    @property
+    def dropped(self) -> int:
+        """Messages discarded because the pending queue was full (also reported as SlowConsumer)."""
+        return self._dropped
+
+    @property
+    def is_active(self) -> bool:
+        return self._ended is False
+
+    def next_msg(self, timeout: float | None = 1.0) -> Msg:
+        """The next message; raises :class:`TimeoutError` after ``timeout`` seconds (``None``:
+        wait for ever), :class:`ConnectionClosedError` once the subscription has ended and
+        nothing is left."""
+        if self._callback is not None:
+            raise InvalidOptionError("next_msg() is not available on a subscription with a callback")
+        self._client._check_fork()
+        try:
+            item = self._q.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no message on {self.subject!r} within {timeout} s") from None
+        if item.__class__ is _Stop:
+            self._q.put(item)  # keep waking later readers
+            assert isinstance(item, _Stop)
+            if item.error is not None:
+                raise item.error
+            raise ConnectionClosedError(f"subscription to {self.subject!r} has ended")
+        self._delivered += 1
+        assert isinstance(item, MsgReceived)
+        return Msg._from_event(item, self._client)
+
+    def __iter__(self) -> Iterator[Msg]:
+        while True:
+            try:
+                yield self.next_msg(timeout=None)
+            except ConnectionClosedError:
+                return
+
+    def unsubscribe(self, max_msgs: int | None = None) -> None:
+        """Stop at once (or after ``max_msgs`` in total). Messages already queued stay readable."""
+        self._client._unsubscribe(self, max_msgs)
+
+    def drain(self, timeout: float = 10.0) -> None:
+        """Unsubscribe at the server, wait until it has no more in flight for us, then (with a
+        callback) until the callback has handled every queued message."""
+        self._client._drain_subscription(self, timeout)
+
+    def _run_callback(self) -> None:
+        cb = self._callback
+        assert cb is not None
+        client = self._client
+        q = self._q
+        while True:
+            if q.empty():
+                self._idle.set()
+            item = q.get()
+            if item.__class__ is _Stop:
+                self._idle.set()
+                return
+            assert isinstance(item, MsgReceived)
+            self._delivered += 1
+            try:
+                cb(Msg._from_event(item, client))
+            except BaseException as exc:  # noqa: BLE001 - reported, the subscription goes on
+                client._emit(CallbackError(subject=self.subject, error=exc))
+
+    def __repr__(self) -> str:
+        return f"<Subscription sid={self.sid} subject={self.subject!r} queue={self.queue!r}>"
+
+
+class Client:
+    """A blocking NATS client. Create with :func:`connect`. Thread-safe."""
+
+    def __init__(
+        self,
+        servers: str | Sequence[str] = "nats://127.0.0.1:4222",
+        *,
+        name: str | None = None,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        creds: str | None = None,
+        nkey_seed: str | None = None,
+        tls: ssl.SSLContext | bool | None = None,
+        tls_first: bool = False,
+        connect_timeout: float = 2.0,
+        reconnect: bool = True,
+        max_reconnect_attempts: int = 60,
+        reconnect_wait: float = 2.0,
+        reconnect_jitter: float = 0.1,
+        reconnect_buffer_size: int = 8 * 1024 * 1024,
+        ping_interval: float = 120.0,
+        max_pings_out: int = 2,
+        ignore_discovered_servers: bool = False,
+        on_event: EventCallback | None = None,
+        pending_msgs_limit: int = _DEFAULT_PENDING_MSGS,
+        inbox_prefix: str = "_INBOX",
+        rng: random.Random | None = None,
+    ) -> None:
+        if creds is not None or nkey_seed is not None:
+            raise InvalidOptionError(
+                "creds and nkey_seed authentication are not supported yet (they need ed25519 signing); "
+                "use user/password, token or TLS"
+            )
+        if isinstance(servers, str):
+            servers = [s.strip() for s in servers.split(",") if s.strip()]
+        if tls is not None and not isinstance(tls, (ssl.SSLContext, bool)):
+            raise InvalidOptionError("tls must be an ssl.SSLContext, True or None")
+        if pending_msgs_limit < 1:
+            raise InvalidOptionError("pending_msgs_limit must be >= 1")
+        self._ssl_ctx: ssl.SSLContext | None = tls if isinstance(tls, ssl.SSLContext) else None
+        if tls is True or tls_first:
+            self._ssl_ctx = self._ssl_ctx or ssl.create_default_context()
+        self.options = ConnectOptions(
+            servers=tuple(servers),
+            name=name,
+            user=user,
+            password=password,
+            token=token,
+            tls=self._ssl_ctx is not None,
+            tls_first=tls_first,
+            connect_timeout=connect_timeout,
+            reconnect=reconnect,
+            max_reconnect_attempts=max_reconnect_attempts,
+            reconnect_wait=reconnect_wait,
+            reconnect_jitter=reconnect_jitter,
+            reconnect_buffer_size=reconnect_buffer_size,
+            ping_interval=ping_interval,
+            max_pings_out=max_pings_out,
+            ignore_discovered_servers=ignore_discovered_servers,
+            inbox_prefix=inbox_prefix,
+        )
+        self._conn = Connection(self.options, rng=rng or random.Random(os.urandom(16)))
+        self._pending_limit = pending_msgs_limit
+        self._on_event = on_event
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._room_waiters = 0
+        self._fork_gen = _fork_generation
+        self._pid = os.getpid()
+        self._subs: dict[int, Subscription] = {}
+        self._requests: dict[str, queue.SimpleQueue[ev.ReplyReceived | _Stop]] = {}
+        self._flushes: dict[int, queue.SimpleQueue[bool | _Stop]] = {}
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._io_idle = False
+        self._sock: socket.socket | None = None
+        self._first = threading.Event()
+        self._first_error: BaseException | None = None
+        self._closed = threading.Event()
+        self._close_error: BaseException | None = None
+        self._events_q: queue.SimpleQueue[Any] | None = None
+        self._events_thread: threading.Thread | None = None
+        self._io_thread: threading.Thread | None = None
+        self._wbuf_len = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _start(self) -> None:
+        if self._on_event is not None:
+            self._events_q = queue.SimpleQueue()
+            self._events_thread = threading.Thread(target=self._run_events, name="jssync-events", daemon=True)
+            self._events_thread.start()
+        with self._lock:
+            self._conn.start(_monotonic())
+        self._io_thread = threading.Thread(target=self._io_main, name="jssync-io", daemon=True)
+        self._io_thread.start()
+        attempts = len(self.options.servers)
+        budget = self.options.connect_timeout * (attempts + 1) + 5.0
+        if not self._first.wait(budget):
+            self.close()
+            raise TimeoutError(f"could not connect within {budget:.1f} s")
+        if self._first_error is not None:
+            self._join_threads(2.0)
+            raise self._first_error
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._closed.is_set():
+            return
+        try:
+            self.drain()
+        except NatsError:
+            self.close()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a jssync Client cannot be pickled: pickle its options and connect in each process")
+
+    def _check_fork(self) -> None:
+        if self._fork_gen != _fork_generation:
+            raise ClientForkedError(
+                f"this client was created in process {self._pid}; after os.fork() create a new client in the child"
+            )
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued, close the connection and stop every thread. Idempotent."""
+        if self._fork_gen != _fork_generation:
+            return  # the threads and socket belong to the parent process
+        with self._lock:
+            if not self._conn.is_closed:
+                self._conn.close(_monotonic())
+            self._wake_locked()
+        self._closed.wait(timeout)
+        self._join_threads(timeout)
+
+    def _join_threads(self, timeout: float) -> None:
+        me = threading.current_thread()
+        deadline = _monotonic() + timeout
+        if self._io_thread is not None and self._io_thread is not me:
+            self._io_thread.join(max(0.0, deadline - _monotonic()))
+        for sub in list(self._subs.values()):
+            if sub._thread is not None and sub._thread is not me:
+                sub._thread.join(max(0.0, deadline - _monotonic()))
+        if self._events_q is not None:
+            self._events_q.put(_Stop(None))
+            if self._events_thread is not None and self._events_thread is not me:
+                self._events_thread.join(max(0.0, deadline - _monotonic()))
+        with contextlib.suppress(OSError):
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def drain(self, timeout: float = 10.0) -> None:
+        """Unsubscribe everything, let callbacks finish what is queued, flush, then close."""
+        self._check_fork()
+        deadline = _monotonic() + timeout
+        subs = list(self._subs.values())
+        with self._lock:
+            for sub in subs:
+                self._conn.unsubscribe(sub.sid)
+        try:
+            self.flush(timeout=max(0.01, deadline - _monotonic()))
+        except (TimeoutError, ConnectionClosedError):
+            pass
+        for sub in subs:
+            if sub._callback is not None:
+                sub._idle.wait(max(0.0, deadline - _monotonic()))
+            with self._lock:
+                self._subs.pop(sub.sid, None)
+                sub._end(None)
+        self.close(max(0.1, deadline - _monotonic()))
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def is_connected(self) -> bool:
+        return self._conn.is_connected
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed.is_set()
+
+    @property
+    def connected_url(self) -> str | None:
+        return self._conn.connected_url
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        return self._conn.server_info
+
+    @property
+    def max_payload(self) -> int:
+        return self._conn.max_payload
+
+    @property
+    def servers(self) -> list[str]:
+        return self._conn.servers
+
+    @property
+    def stats(self) -> dict[str, int]:
+        s = self._conn.stats
+        return {
+            "msgs_in": s.msgs_in,
+            "bytes_in": s.bytes_in,
+            "msgs_out": s.msgs_out,
+            "bytes_out": s.bytes_out,
+            "reconnects": s.reconnects,
+        }
+
+    @property
+    def last_error(self) -> BaseException | None:
+        return self._close_error
+
+    def new_inbox(self) -> str:
+        with self._lock:
+            return self._conn.new_inbox()
+
+    # ------------------------------------------------------------------ publishing
+
+    def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        *,
+        reply: str | None = None,
+        headers: HeadersInput | None = None,
+    ) -> None:
+        """Queue a message; returns at once. Invalid input raises before anything is queued."""
+        if self._fork_gen != _fork_generation:
+            self._check_fork()
+        conn = self._conn
+        with self._lock:
+            conn.publish(subject, payload, reply, headers)
+            if self._io_idle:
+                self._io_idle = False
+                self._poke()
+            elif conn.out_bytes + self._wbuf_len > _HIGH_WATER:
+                self._wait_for_room()
+
+    def _wait_for_room(self) -> None:
+        """Called under the lock: block while too much output is queued (the socket is slow)."""
+        deadline = _monotonic() + max(self.options.connect_timeout, 10.0)
+        self._room_waiters += 1
+        try:
+            while self._conn.out_bytes + self._wbuf_len > _LOW_WATER and self._conn.is_connected:
+                remaining = deadline - _monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("the connection is not draining its output (slow network or server)")
+                self._room.wait(remaining)
+        finally:
+            self._room_waiters -= 1
+
+    def request(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        *,
+        headers: HeadersInput | None = None,
+        timeout: float = 2.0,
+    ) -> Msg:
+        """Send a request and wait for the first reply. :class:`NoRespondersError` when no one
+        listens, :class:`TimeoutError` after ``timeout`` seconds."""
+        self._check_fork()
+        waiter: queue.SimpleQueue[ev.ReplyReceived | _Stop] = queue.SimpleQueue()
+        with self._lock:
+            token = self._conn.request(subject, payload, headers)
+            self._requests[token] = waiter
+            if self._io_idle:
+                self._io_idle = False
+                self._poke()
+        try:
+            item = waiter.get(timeout=timeout)
+        except queue.Empty:
+            with self._lock:
+                self._requests.pop(token, None)
+                self._conn.cancel_request(token)
+            raise TimeoutError(f"no reply on {subject!r} within {timeout} s") from None
+        if isinstance(item, _Stop):
+            raise item.error or ConnectionClosedError("the connection closed")
+        m = item.msg
+        if m.status == 503 and not m.data:
+            raise NoRespondersError(f"no responders on {subject!r}")
+        return Msg._from_event(m, self)
+
+    def flush(self, timeout: float = 2.0) -> None:
+        """Wait until the server has processed everything sent so far (a PING/PONG round trip)."""
+        self._check_fork()
+        waiter: queue.SimpleQueue[bool | _Stop] = queue.SimpleQueue()
+        with self._lock:
+            token = self._conn.flush()
+            self._flushes[token] = waiter
+            self._wake_locked()
+        try:
+            item = waiter.get(timeout=timeout)
+        except queue.Empty:
+            with self._lock:
+                self._flushes.pop(token, None)
+            raise TimeoutError(f"flush did not complete within {timeout} s") from None
+        if isinstance(item, _Stop):
+            raise item.error or ConnectionClosedError("the connection closed")
+
+    # ------------------------------------------------------------------ subscribing
+
+    def subscribe(
+        self,
+        subject: str,
+        *,
+        queue: str | None = None,
+        callback: Callable[[Msg], None] | None = None,
+        max_msgs: int | None = None,
+        pending_msgs_limit: int | None = None,
+    ) -> Subscription:
+        """Subscribe. With ``callback``, messages are handed to it on a thread of this
+        subscription (never the I/O thread); without, read them with ``next_msg`` or iterate."""
+        self._check_fork()
+        sub = Subscription(self, subject, queue, callback, pending_msgs_limit or self._pending_limit)
+        with self._lock:
+            sid = self._conn.subscribe(subject, queue, max_msgs)
+            sub.sid = sid
+            self._subs[sid] = sub
+            self._wake_locked()
+        if callback is not None:
+            sub._thread = threading.Thread(target=sub._run_callback, name=f"jssync-sub-{sid}", daemon=True)
+            sub._thread.start()
+        return sub
+
+    def _unsubscribe(self, sub: Subscription, max_msgs: int | None) -> None:
+        self._check_fork()
+        with self._lock:
+            if self._conn.is_closed:
+                return
+            self._conn.unsubscribe(sub.sid, max_msgs)
+            if not self._conn.has_subscription(sub.sid):
+                self._subs.pop(sub.sid, None)
+                sub._end(None)
+            self._wake_locked()
+
+    def _drain_subscription(self, sub: Subscription, timeout: float) -> None:
+        self._check_fork()
+        deadline = _monotonic() + timeout
+        with self._lock:
+            self._conn.unsubscribe(sub.sid)
+            self._wake_locked()
+        self.flush(timeout=timeout)
+        with self._lock:
+            self._subs.pop(sub.sid, None)
+            sub._end(None)
+        if sub._thread is not None and sub._thread is not threading.current_thread():
+            sub._thread.join(max(0.0, deadline - _monotonic()))
+            if sub._thread.is_alive():
+                raise TimeoutError(f"subscription callback still busy after {timeout} s")
+
+    # ------------------------------------------------------------------ events to the user
+
+    def _emit(self, event: Any) -> None:
+        if self._events_q is not None:
+            self._events_q.put(event)
+
+    def _run_events(self) -> None:
+        q = self._events_q
+        cb = self._on_event
+        assert q is not None and cb is not None
+        while True:
+            item = q.get()
+            if isinstance(item, _Stop):
+                return
+            try:
+                cb(item)
+            except Exception:  # noqa: BLE001 - a broken handler must not kill notifications
+                pass
+
+    # ------------------------------------------------------------------ the I/O thread
+
+    def _poke(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _wake_locked(self) -> None:
+        if self._io_idle:
+            self._io_idle = False
+            self._poke()
+
+    def _io_main(self) -> None:
+        try:
+            self._io_loop()
+        except BaseException as exc:  # noqa: BLE001 - the client must fail loudly, not hang
+            self._fail_everything(exc)
+
+    def _fail_everything(self, exc: BaseException) -> None:
+        with self._lock:
+            err = exc if isinstance(exc, NatsError) else ConnectionClosedError(f"I/O thread failed: {exc!r}")
+            if err is not exc:
+                err.__cause__ = exc
+            self._finish(err)
+        self._close_socket()
+
+    def _finish(self, error: BaseException | None) -> None:
+        """Under the lock: the client is closed; wake every waiter."""
+        if self._closed.is_set():
+            return
+        self._close_error = error
+        stop = _Stop(error)
+        for w in self._requests.values():
+            w.put(stop)
+        self._requests.clear()
+        for f in self._flushes.values():
+            f.put(stop)
+        self._flushes.clear()
+        for sub in self._subs.values():
+            sub._end(None)
+        if not self._first.is_set():
+            self._first_error = error or ConnectionClosedError("closed before connecting")
+            self._first.set()
+        self._room.notify_all()
+        self._closed.set()
+
+    def _close_socket(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _io_loop(self) -> None:
+        conn = self._conn
+        lock = self._lock
+        wake_r = self._wake_r
+        wbuf = bytearray()
+        while True:
+            directives: list[Any] = []
+            notices: list[Any] = []
+            with lock:
+                now = _monotonic()
+                conn.handle_timeout(now)
+                self._route_events(directives, notices)
+                data = conn.data_to_send()
+                if data:
+                    wbuf += data
+                self._wbuf_len = len(wbuf)
+                closed = conn.state is State.CLOSED
+            for n in notices:
+                self._emit(n)
+            if directives:
+                for d in directives:
+                    self._do_directive(d, wbuf)
+                continue
+            if closed:
+                self._close_socket()
+                return
+            sock = self._sock
+            if wbuf and sock is not None and not self._write(sock, wbuf):
+                continue
+            with lock:
+                if conn.has_work:
+                    continue  # more output or events arrived while we were writing
+                self._wbuf_len = len(wbuf)
+                if self._room_waiters and conn.out_bytes + len(wbuf) <= _LOW_WATER:
+                    self._room.notify_all()
+                # From here on, a thread that queues output must wake us (unless we are
+                # only waiting for the socket to take what is already buffered).
+                self._io_idle = True
+                deadline = conn.next_deadline()
+            timeout = None if deadline is None else max(0.0, deadline - _monotonic())
+            rlist: list[Any] = [wake_r]
+            if sock is not None:
+                rlist.append(sock)
+            wlist = [sock] if (wbuf and sock is not None) else []
+            try:
+                readable, writable, _ = select.select(rlist, wlist, [], timeout)
+            except (OSError, ValueError) as exc:
+                self._lost(exc, wbuf)
+                continue
+            if wake_r in readable:
+                with contextlib.suppress(OSError):
+                    while wake_r.recv(4096):
+                        pass
+            if sock is not None and sock in readable:
+                self._read(sock, wbuf)
+
+    def _route_events(self, directives: list[Any], notices: list[Any]) -> None:
+        """Under the lock: pop every core event and hand it to its consumer."""
+        conn = self._conn
+        subs = self._subs
+        while True:
+            e = conn.next_event()
+            if e is None:
+                return
+            cls = e.__class__
+            if cls is MsgReceived:
+                assert isinstance(e, MsgReceived)
+                sub = subs.get(e.sid)
+                if sub is not None:
+                    sub._deliver(e)
+            elif cls is ev.ReplyReceived:
+                assert isinstance(e, ev.ReplyReceived)
+                w = self._requests.pop(e.token, None)
+                if w is not None:
+                    w.put(e)
+            elif cls is ev.FlushCompleted:
+                assert isinstance(e, ev.FlushCompleted)
+                f = self._flushes.pop(e.token, None)
+                if f is not None:
+                    f.put(True)
+            elif cls is ev.SubscriptionEnded:
+                assert isinstance(e, ev.SubscriptionEnded)
+                ended = subs.pop(e.sid, None)
+                if ended is not None:
+                    ended._end(e.error)
+            elif cls in (ev.ConnectRequested, ev.TlsUpgradeRequested, ev.CloseRequested):
+                directives.append(e)
+            else:
+                if cls is ev.Connected:
+                    self._first.set()
+                elif cls is ev.Closed:
+                    assert isinstance(e, ev.Closed)
+                    self._finish(e.error)
+                notices.append(e)
+
+    def _do_directive(self, d: Any, wbuf: bytearray) -> None:
+        conn = self._conn
+        if isinstance(d, ev.ConnectRequested):
+            try:
+                new_sock = self._dial(d)
+            except Exception as exc:  # noqa: BLE001 - reported to the core, typed there
+                with self._lock:
+                    conn.connection_lost(_monotonic(), _as_error(exc))
+                return
+            self._sock = new_sock
+            wbuf.clear()
+            with self._lock:
+                conn.connection_made(_monotonic())
+        elif isinstance(d, ev.TlsUpgradeRequested):
+            plain = self._sock
+            try:
+                assert plain is not None
+                ctx = self._ssl_ctx or ssl.create_default_context()
+                plain.setblocking(True)
+                plain.settimeout(self.options.connect_timeout)
+                tls_sock = ctx.wrap_socket(plain, server_hostname=d.hostname)
+                tls_sock.setblocking(False)
+            except Exception as exc:  # noqa: BLE001
+                self._close_socket()
+                with self._lock:
+                    conn.connection_lost(_monotonic(), _as_error(exc))
+                return
+            self._sock = tls_sock
+            with self._lock:
+                conn.tls_established(_monotonic())
+        elif isinstance(d, ev.CloseRequested):
+            with self._lock:
+                data = conn.data_to_send()
+            if data:
+                wbuf += data
+            cur = self._sock
+            if cur is not None and wbuf and d.error is None:
+                # A user close: give queued output a short chance to leave.
+                deadline = _monotonic() + 2.0
+                while wbuf and _monotonic() < deadline:
+                    try:
+                        _, w, _ = select.select([], [cur], [], max(0.0, deadline - _monotonic()))
+                        if w and not self._write(cur, wbuf):
+                            break
+                    except (OSError, ValueError):
+                        break
+            wbuf.clear()
+            self._close_socket()
+            with self._lock:
+                conn.connection_lost(_monotonic(), d.error)
+
+    def _dial(self, d: ev.ConnectRequested) -> socket.socket:
+        addr = d.server
+        sock = socket.create_connection((addr.host, addr.port), timeout=d.timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if d.tls_first:
+                ctx = self._ssl_ctx or ssl.create_default_context()
+                sock = ctx.wrap_socket(sock, server_hostname=d.tls_hostname)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def _write(self, sock: socket.socket, wbuf: bytearray) -> bool:
+        """Write as much of ``wbuf`` as the socket takes. False if the connection was lost."""
+        try:
+            while wbuf:
+                n = sock.send(wbuf)
+                if n <= 0:
+                    break
+                del wbuf[:n]
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            pass
+        except OSError as exc:
+            self._lost(exc, wbuf)
+            return False
+        return True
+
+    def _read(self, sock: socket.socket, wbuf: bytearray) -> None:
+        conn = self._conn
+        chunks: list[bytes] = []
+        eof = False
+        error: Exception | None = None
+        try:
+            while True:
+                data = sock.recv(_READ_SIZE)
+                if not data:
+                    eof = True
+                    break
+                chunks.append(data)
+                if len(data) < _READ_SIZE and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+                    break
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            pass
+        except OSError as exc:
+            error = exc
+        if chunks:
+            with self._lock:
+                now = _monotonic()
+                for c in chunks:
+                    conn.receive_data(c, now)
+        if eof or error is not None:
+            self._lost(error or ConnectionResetError("the server closed the connection"), wbuf)
+
+    def _lost(self, exc: BaseException, wbuf: bytearray) -> None:
+        wbuf.clear()
+        self._close_socket()
+        with self._lock:
+            self._conn.connection_lost(_monotonic(), _as_error(exc))
+
+    def __repr__(self) -> str:
+        return f"<jssync.Client {self._conn.state.value} {self.connected_url or ''}>"
+
+
+def _as_error(exc: BaseException) -> Exception:
+    return exc if isinstance(exc, Exception) else ConnectionClosedError(repr(exc))
+
+
+def connect(servers: str | Sequence[str] = "nats://127.0.0.1:4222", **options: Any) -> Client:
+    """Connect and return a :class:`Client` (also a context manager: drain and close on exit).
+
+    Raises :class:`NoServersError`, :class:`AuthorizationError`,
+    :class:`SecureConnectionRequiredError` or :class:`TimeoutError` when it cannot connect.
+    """
+    client = Client(servers, **options)
+    client._start()
+    return client
+
