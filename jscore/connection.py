@@ -49,6 +49,7 @@ from .protocol import (
     Parser,
     PingReceived,
     PongReceived,
+    _pub_cache,
     check_publish_subject,
     check_queue_group,
     check_subscribe_subject,
@@ -173,6 +174,7 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
+_CONNECTED: Final = State.CONNECTED
 _TRANSPORT_UP: Final = frozenset({State.AWAIT_INFO, State.TLS_HANDSHAKE, State.AWAIT_PONG, State.CONNECTED})
 
 
@@ -200,7 +202,6 @@ class _Sub:
 class Stats(msgspec.Struct, kw_only=True):
     msgs_in: int = 0
     bytes_in: int = 0
-    msgs_out: int = 0
     bytes_out: int = 0
     reconnects: int = 0
 
@@ -246,6 +247,7 @@ class Connection:
         self._requests: set[str] = set()
         self._next_token = 0
         self.stats = Stats()
+        self.msgs_out = 0  # kept outside Stats: updated on the publish hot path
 
     # ---------------------------------------------------------------- core contract
 
@@ -327,7 +329,7 @@ class Connection:
         if t is not None and now >= t:
             del timers["reconnect"]
             if self.state is State.WAITING:
-                self._dial_next(now)
+                self._dial_next(now, waited=True)
 
     def connection_made(self, now: float) -> None:
         self._check()
@@ -435,6 +437,22 @@ class Connection:
         headers: HeadersInput | None = None,
     ) -> None:
         """Queue a publish. Validates everything and raises before a byte is queued."""
+        # Fast path: connected, a subject validated before, bytes payload, no reply/headers.
+        if reply is None and headers is None and self.state is _CONNECTED and payload.__class__ is bytes:
+            subj = _pub_cache.get(subject)
+            if subj is not None:
+                n = len(payload)
+                if n <= self.max_payload:
+                    frame = b"PUB %s %d\r\n%s\r\n" % (subj, n, payload)
+                    self._out.append(frame)
+                    self.out_bytes += len(frame)
+                    self.msgs_out += 1
+                    return
+        self._publish_checked(subject, payload, reply, headers)
+
+    def _publish_checked(
+        self, subject: str, payload: bytes, reply: str | None, headers: HeadersInput | None
+    ) -> None:
         subj = check_publish_subject(subject)
         rep = check_publish_subject(reply, "reply subject") if reply is not None else None
         if not isinstance(payload, (bytes, bytearray, memoryview)):
@@ -461,7 +479,7 @@ class Connection:
             self.out_bytes += len(frame)
         else:
             self._buffer(frame)
-        self.stats.msgs_out += 1
+        self.msgs_out += 1
 
     def _buffer(self, frame: bytes) -> None:
         if self.state is State.CLOSED or self._closing_for_good:
@@ -507,11 +525,22 @@ class Connection:
     def request(self, subject: str, payload: bytes = b"", headers: HeadersInput | None = None) -> str:
         """Publish a request whose reply comes back as ``ReplyReceived(token)``."""
         self._check_open()
-        if self._resp_sid is None:
-            self._resp_sid = self.subscribe(self._resp_prefix + "*")
         self._next_token += 1
         token = _b36(self._next_token)
-        self.publish(subject, payload, self._resp_prefix + token, headers)
+        if self._resp_sid is None:
+            # The mux SUB must precede the first request's PUB, but a request that fails
+            # validation must leave the wire buffer untouched: undo the SUB on failure.
+            mark = len(self._out)
+            sid = self.subscribe(self._resp_prefix + "*")
+            try:
+                self.publish(subject, payload, self._resp_prefix + token, headers)
+            except BaseException:
+                del self._subs[sid]
+                del self._out[mark:]
+                raise
+            self._resp_sid = sid
+        else:
+            self.publish(subject, payload, self._resp_prefix + token, headers)
         self._requests.add(token)
         return token
 
@@ -571,7 +600,7 @@ class Connection:
         err.__cause__ = error
         return err
 
-    def _dial_next(self, now: float) -> None:
+    def _dial_next(self, now: float, *, waited: bool = False) -> None:
         self.state = State.WAITING
         opts = self.options
         max_attempts = opts.max_reconnect_attempts
@@ -586,7 +615,9 @@ class Connection:
             return
         fresh = [e for e in candidates if not e.lame_duck]
         entry = (fresh or candidates)[0]
-        if entry.last_attempt is not None:
+        if entry.last_attempt is not None and not waited:
+            # The jitter is drawn once per wait: when the reconnect timer fires, dial (drawing
+            # again here would push the deadline out again about half of the time).
             ready = entry.last_attempt + opts.reconnect_wait + self._rng.uniform(0, opts.reconnect_jitter)
             if ready > now:
                 self._timers["reconnect"] = ready
@@ -765,11 +796,13 @@ class Connection:
             self._events.append(ev.Connected(url=url, server_info=self.server_info))
 
     def _on_info(self, info: dict[str, Any], now: float) -> None:
-        mp = info.get("max_payload", DEFAULT_MAX_PAYLOAD)
+        first = self.state is State.AWAIT_INFO
+        # An async INFO (e.g. the lame-duck {"ldm":true}) may carry only the fields that changed:
+        # what it omits keeps its value from this connection's first INFO.
+        mp = info.get("max_payload", DEFAULT_MAX_PAYLOAD if first else self.max_payload)
         if type(mp) is not int or not 0 < mp <= MAX_MAX_PAYLOAD:
             raise RemoteProtocolError(f"INFO has an invalid max_payload {mp!r}")
-        first = self.state is State.AWAIT_INFO
-        self.server_info = info
+        self.server_info = info if first else {**self.server_info, **info}
         self.max_payload = mp
         self._parser.max_payload = mp
         self._discover(info.get("connect_urls"), "connect_urls")

@@ -401,7 +401,7 @@ class Client:
         return {
             "msgs_in": s.msgs_in,
             "bytes_in": s.bytes_in,
-            "msgs_out": s.msgs_out,
+            "msgs_out": self._conn.msgs_out,
             "bytes_out": s.bytes_out,
             "reconnects": s.reconnects,
         }
