@@ -451,10 +451,15 @@ class Connection:
         self._publish_checked(subject, payload, reply, headers)
 
     def _publish_checked(
-        self, subject: str, payload: bytes, reply: str | None, headers: HeadersInput | None
+        self,
+        subject: str,
+        payload: bytes,
+        reply: str | None,
+        headers: HeadersInput | None,
+        reply_b: bytes | None = None,
     ) -> None:
         subj = check_publish_subject(subject)
-        rep = check_publish_subject(reply, "reply subject") if reply is not None else None
+        rep = check_publish_subject(reply, "reply subject") if reply is not None else reply_b
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
         if headers is not None:
@@ -533,14 +538,16 @@ class Connection:
             mark = len(self._out)
             sid = self.subscribe(self._resp_prefix + "*")
             try:
-                self.publish(subject, payload, self._resp_prefix + token, headers)
+                self._publish_checked(subject, payload, None, headers, self._resp_prefix_b + token.encode())
             except BaseException:
                 del self._subs[sid]
                 del self._out[mark:]
                 raise
             self._resp_sid = sid
         else:
-            self.publish(subject, payload, self._resp_prefix + token, headers)
+            # The reply subject is built here from a validated prefix: encode it directly rather
+            # than validating (and caching) a subject that is used only once.
+            self._publish_checked(subject, payload, None, headers, self._resp_prefix_b + token.encode())
         self._requests.add(token)
         return token
 
