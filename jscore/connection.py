@@ -22,6 +22,7 @@ import msgspec
 from . import events as ev
 from .errors import (
     AuthorizationError,
+    BadSubjectError,
     AuthorizationExpiredError,
     ConnectionClosedError,
     InvalidOptionError,
@@ -89,11 +90,15 @@ class ConnectOptions(msgspec.Struct, frozen=True, kw_only=True):
     inbox_prefix: str = "_INBOX"
 
     def __repr__(self) -> str:
-        shown = ", ".join(
-            f"{f}={'***' if f in ('password', 'token') and getattr(self, f) else getattr(self, f)!r}"
-            for f in self.__struct_fields__
-        )
-        return f"ConnectOptions({shown})"
+        def shown(f: str) -> str:
+            value = getattr(self, f)
+            if f in ("password", "token") and value:
+                return "'***'"
+            if f == "servers":  # URLs may carry user:password@
+                return repr(tuple(_redact(u) if isinstance(u, str) else u for u in value))
+            return repr(value)
+
+        return f"ConnectOptions({', '.join(f'{f}={shown(f)}' for f in self.__struct_fields__)})"
 
     def validate(self) -> None:
         if not self.servers:
@@ -111,7 +116,10 @@ class ConnectOptions(msgspec.Struct, frozen=True, kw_only=True):
             raise InvalidOptionError("reconnect_buffer_size must be >= 0")
         if not self.inbox_prefix or "*" in self.inbox_prefix or ">" in self.inbox_prefix:
             raise InvalidOptionError("inbox_prefix must be a literal subject prefix")
-        check_publish_subject(self.inbox_prefix, "inbox_prefix")
+        try:
+            check_publish_subject(self.inbox_prefix, "inbox_prefix")
+        except BadSubjectError as exc:
+            raise InvalidOptionError(str(exc)) from exc
 
 
 def parse_server_url(url: str, *, discovered: bool = False, default_scheme: str = "nats") -> ev.ServerAddress:
@@ -217,6 +225,12 @@ class Connection:
         self._pool = [_Entry(parse_server_url(u)) for u in dict.fromkeys(options.servers)]
         first = self._pool[0].address
         self._tls_hostname = first.host
+        # Gossiped URLs carry no credentials: they use those of the first configured URL that has
+        # some (else the user/password/token options), as the configured URLs would.
+        self._url_auth = next((e.address for e in self._pool if e.address.user), None)
+        # Servers given up on after authorization failures: a later INFO must not re-add them
+        # (every server's INFO gossips the whole cluster, which made an endless retry loop).
+        self._removed: set[tuple[str, int]] = set()
         self._wants_tls = options.tls or any(e.address.tls for e in self._pool)
         self._current: _Entry | None = None
         self._parser = Parser()
@@ -372,6 +386,7 @@ class Connection:
             entry.auth_failures += 1
             if entry.auth_failures >= 2 or not self._ever_connected:
                 self._pool.remove(entry)
+                self._removed.add((entry.address.host, entry.address.port))
         self._last_error = error
         if not self._ever_connected:
             self._initial_failures += 1
@@ -462,6 +477,10 @@ class Connection:
         rep = check_publish_subject(reply, "reply subject") if reply is not None else reply_b
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+        if payload.__class__ is not bytes:
+            # len() of a memoryview counts items, not bytes (array('i') ...): the frame's size
+            # must be the byte count, so take the bytes once here.
+            payload = bytes(payload)
         if headers is not None:
             hdr = encode_headers(headers)
             size = len(hdr) + len(payload)
@@ -702,8 +721,11 @@ class Connection:
         }
         if opts.name:
             fields["name"] = opts.name
-        user = entry.address.user or opts.user
-        password = entry.address.password if entry.address.user else opts.password
+        addr = entry.address
+        if addr.discovered and addr.user is None and self._url_auth is not None:
+            addr = self._url_auth
+        user = addr.user or opts.user
+        password = addr.password if addr.user else opts.password
         if user:
             fields["user"] = user
             if password is not None:
@@ -849,7 +871,7 @@ class Connection:
             return
         if self.options.ignore_discovered_servers:
             return
-        known = {(e.address.host, e.address.port) for e in self._pool}
+        known = {(e.address.host, e.address.port) for e in self._pool} | self._removed
         added: list[str] = []
         scheme = "tls" if self._wants_tls else "nats"
         for raw in urls:

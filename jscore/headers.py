@@ -178,7 +178,10 @@ def encode_headers(headers: HeadersInput | None) -> bytes:
         k = _check_key(key)
         parts.append(f"{k}: {_check_value(k, value)}\r\n")
     parts.append("\r\n")
-    return "".join(parts).encode()
+    try:
+        return "".join(parts).encode()
+    except UnicodeEncodeError:  # a lone surrogate in a value
+        raise BadHeaderError("a header value is not encodable as UTF-8 (lone surrogate)") from None
 
 
 def parse_header_block(block: bytes) -> tuple[Headers, int | None, str | None]:

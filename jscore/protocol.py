@@ -227,6 +227,8 @@ class Parser:
                 size = _size(size_b, "MSG size")
                 if size > max_msg:
                     raise RemoteProtocolError(f"MSG size {size} exceeds max_payload")
+                if not sid_b.isdigit():
+                    raise RemoteProtocolError(f"bad MSG sid {sid_b[:24]!r}")
                 start = end + 2
                 stop = start + size
                 if stop + 2 > n:
@@ -234,8 +236,6 @@ class Parser:
                     break
                 if buf[stop : stop + 2] != b"\r\n":
                     raise RemoteProtocolError("MSG payload is not followed by CRLF")
-                if not sid_b.isdigit():
-                    raise RemoteProtocolError(f"bad MSG sid {sid_b[:24]!r}")
                 append(
                     MsgReceived(
                         subject=_text(subject_b, "subject"),
@@ -259,10 +259,11 @@ class Parser:
         return events, pos
 
     def _check_partial_line(self, buf: bytes, pos: int, n: int) -> None:
-        pending = n - pos
-        if pending > MAX_CONTROL_LINE + 1:
+        # Length of the unterminated line so far; a trailing CR may be the start of its CRLF.
+        pending = n - pos - (buf[n - 1] == 0x0D)
+        if pending > MAX_CONTROL_LINE:
             head = buf[pos : pos + 5].upper()
-            if not head.startswith(b"INFO") or pending > MAX_INFO_LINE + 1:
+            if not head.startswith(b"INFO") or pending > MAX_INFO_LINE:
                 raise RemoteProtocolError("control line too long (no CRLF)")
 
     def _parse_hmsg(self, buf: bytes, pos: int, end: int, n: int, max_msg: int, append: Any) -> int:
@@ -286,6 +287,8 @@ class Parser:
             raise RemoteProtocolError(f"HMSG header size {hdr} > total size {size}")
         if hdr < _MIN_HEADER_BLOCK:
             raise RemoteProtocolError(f"HMSG header size {hdr} is too small for a header block")
+        if not sid_b.isdigit():
+            raise RemoteProtocolError(f"bad HMSG sid {sid_b[:24]!r}")
         start = end + 2
         stop = start + size
         if stop + 2 > n:
@@ -293,8 +296,6 @@ class Parser:
             return -1
         if buf[stop : stop + 2] != b"\r\n":
             raise RemoteProtocolError("HMSG payload is not followed by CRLF")
-        if not sid_b.isdigit():
-            raise RemoteProtocolError(f"bad HMSG sid {sid_b[:24]!r}")
         headers, status, description = parse_header_block(buf[start : start + hdr])
         append(
             MsgReceived(
@@ -426,6 +427,13 @@ def _check_common(subject: object, what: str) -> tuple[str, list[str]]:
     return subject, tokens
 
 
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate (e.g. from surrogateescape)
+        raise BadSubjectError(f"{what} {text[:64]!r} is not encodable as UTF-8") from None
+
+
 def _remember(cache: dict[str, bytes], subject: str, encoded: bytes) -> bytes:
     if len(cache) >= _CACHE_LIMIT:
         cache.clear()
@@ -442,7 +450,7 @@ def check_publish_subject(subject: str, what: str = "subject") -> bytes:
     for tok in tokens:
         if tok == "*" or tok == ">":
             raise BadSubjectError(f"{what} {subject[:64]!r} has a wildcard; publish subjects must be literal")
-    encoded = subject.encode()
+    encoded = _utf8(subject, what)
     if len(encoded) > MAX_SUBJECT_BYTES:
         raise BadSubjectError(f"{what} is {len(encoded)} bytes; the limit is {MAX_SUBJECT_BYTES}")
     return _remember(_pub_cache, subject, encoded)
@@ -457,7 +465,7 @@ def check_subscribe_subject(subject: str) -> bytes:
     for i, tok in enumerate(tokens):
         if tok == ">" and i != len(tokens) - 1:
             raise BadSubjectError(f"subject {subject[:64]!r}: '>' must be the last token")
-    encoded = subject.encode()
+    encoded = _utf8(subject, "subject")
     if len(encoded) > MAX_SUBJECT_BYTES:
         raise BadSubjectError(f"subject is {len(encoded)} bytes; the limit is {MAX_SUBJECT_BYTES}")
     return _remember(_sub_cache, subject, encoded)
@@ -468,7 +476,7 @@ def check_queue_group(queue: str) -> bytes:
         raise BadSubjectError(f"queue group must be a str, got {type(queue).__name__}")
     if not queue or _BAD_SUBJECT_CHAR.search(queue):
         raise BadSubjectError(f"invalid queue group {queue[:64]!r}")
-    encoded = queue.encode()
+    encoded = _utf8(queue, "queue group")
     if len(encoded) > MAX_SUBJECT_BYTES:
         raise BadSubjectError("queue group name is too long")
     return encoded

@@ -1,0 +1,1 @@
+"""Fuzz targets for the jscore parsers: each module defines ``one_input(data: bytes) -> None``."""

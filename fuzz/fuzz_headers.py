@@ -1,0 +1,96 @@
+"""Fuzz target: the header block parser (:func:`jscore.headers.parse_header_block`).
+
+Invariant: whatever the bytes, ``parse_header_block`` returns or raises ``RemoteProtocolError``
+and nothing else. For a block that parses, re-encoding the parsed headers with
+:func:`jscore.headers.encode_headers` succeeds (what the parser accepts, the encoder accepts),
+gives a block ending in exactly one blank line, and parsing that block gives the same headers
+(the status line is not part of ``Headers`` and is not re-encoded).
+
+The same bytes are also framed as an ``HMSG`` and run through the wire invariant of
+:mod:`fuzz.fuzz_wire`, so header parsing is exercised under every split too.
+
+Run it long with atheris (see fuzz/README.md)::
+
+    pip install atheris
+    python fuzz/fuzz_headers.py fuzz/corpus/headers -max_total_time=3600
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fuzz.fuzz_wire import check_wire
+from jscore.errors import RemoteProtocolError
+from jscore.headers import Headers, encode_headers, parse_header_block
+
+__all__ = ["check_headers", "hmsg_frame", "one_input"]
+
+
+def hmsg_frame(block: bytes, payload: bytes = b"") -> bytes:
+    """An ``HMSG`` frame carrying ``block`` as its header block, sizes computed."""
+    return b"HMSG fuzz.h 1 %d %d\r\n%s%s\r\n" % (len(block), len(block) + len(payload), block, payload)
+
+
+def check_headers(block: bytes) -> tuple[Headers, int | None, str | None] | None:
+    """Check the header invariant on one block; return the parse result, None if rejected."""
+    try:
+        headers, status, description = parse_header_block(block)
+    except RemoteProtocolError:
+        return None
+    assert isinstance(headers, Headers)
+    if status is not None:
+        assert 0 <= status <= 999, status
+    else:
+        assert description is None, "a description without a status code"
+    encoded = encode_headers(headers)  # must not raise: parsed headers are valid headers
+    assert encoded.startswith(b"NATS/1.0\r\n"), encoded[:16]
+    assert encoded.endswith(b"\r\n\r\n") and not encoded.endswith(b"\r\n\r\n\r\n"), encoded[-8:]
+    again, status2, description2 = parse_header_block(encoded)
+    assert again == headers, (again, headers)
+    assert again.items() == headers.items()
+    assert status2 is None and description2 is None
+    return headers, status, description
+
+
+def one_input(data: bytes) -> None:
+    """The fuzz entry point: raises only when an invariant is broken."""
+    check_headers(data)
+    # The raw bytes as a header block, and with a valid prefix and terminator added.
+    if not data.startswith(b"NATS/1.0"):
+        check_headers(b"NATS/1.0" + data + b"\r\n\r\n")
+    if len(data) <= 2048:
+        check_wire(hmsg_frame(data, b"xy"))
+
+
+def main(argv: list[str]) -> None:
+    try:
+        import atheris  # type: ignore[import-not-found]
+    except ImportError:
+        print("atheris is not installed: pip install atheris  (see fuzz/README.md)", file=sys.stderr)
+        print("replaying the given files through one_input instead", file=sys.stderr)
+        replay(argv[1:])
+        return
+    atheris.instrument_all()
+    atheris.Setup(argv, one_input)
+    atheris.Fuzz()
+
+
+def replay(paths: Iterable[str]) -> None:
+    """Run ``one_input`` on files (or every file of directories): reproduce a crash."""
+    for name in paths:
+        if name.startswith("-"):
+            continue
+        path = Path(name)
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        for f in files:
+            one_input(f.read_bytes())
+            print(f"ok {f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,147 @@
+"""A short run of every fuzz target: all seeds, then a few hundred hypothesis inputs each.
+
+The long runs are external (atheris, see fuzz/README.md); this keeps the targets and their
+invariants working in the normal test run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from fuzz import fuzz_headers, fuzz_wire
+from jscore.errors import RemoteProtocolError
+
+FUZZ_DIR = Path(fuzz_wire.__file__).resolve().parent
+TARGETS: dict[str, Callable[[bytes], None]] = {"wire": fuzz_wire.one_input, "headers": fuzz_headers.one_input}
+SEEDS = sorted((name, path) for name in TARGETS for path in (FUZZ_DIR / "corpus" / name).iterdir() if path.is_file())
+SMOKE = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+WIRE_FRAGMENTS = [
+    b"PING\r\n", b"PONG\r\n", b"+OK\r\n", b"-ERR 'x'\r\n", b"INFO {}\r\n", b'INFO {"max_payload":1024}\r\n',
+    b"MSG a 1 3\r\nabc\r\n", b"MSG a 1 r 3\r\nabc\r\n", b"HMSG a 1 12 12\r\nNATS/1.0\r\n\r\n\r\n",
+    b"HMSG a 1 r 18 21\r\nNATS/1.0\r\nA: b\r\n\r\nabc\r\n", b"NATS/1.0 503\r\n", b"NATS/1.0 100 Idle Heartbeat\r\n",
+    b"MSG ", b"HMSG ", b"INFO ", b"-ERR ", b" ", b"\t", b"\r\n", b"\r", b"\n", b"0", b"1", b"12", b"99999999999",
+    b"a", b"a.b", b"_INBOX.x", b"NATS/1.0", b"A: b", b":", b"\x00", b"\xff",
+]  # fmt: skip
+HEADER_FRAGMENTS = [
+    b"NATS/1.0", b" ", b"503", b"100", b"409", b"Idle Heartbeat", b"\r\n", b"\r", b"\n", b"A", b"Nats-Pin-Id",
+    b":", b": ", b"v", b"\t", b"\xff\xfe", b"\x00", "é".encode(), "\u2028".encode(), b"0",
+]  # fmt: skip
+
+
+def test_corpora_are_seeded() -> None:
+    for name in TARGETS:
+        files = [p for p in (FUZZ_DIR / "corpus" / name).iterdir() if p.is_file()]
+        assert len(files) >= 20, f"fuzz/corpus/{name} needs its seeds"
+
+
+@pytest.mark.parametrize(("target", "path"), SEEDS, ids=[f"{t}/{p.name}" for t, p in SEEDS])
+def test_seed(target: str, path: Path) -> None:
+    TARGETS[target](path.read_bytes())
+
+
+@pytest.mark.parametrize("path", [p for t, p in SEEDS if t == "wire"], ids=lambda p: p.name)
+def test_wire_seed_as_header_input(path: Path) -> None:
+    fuzz_headers.one_input(path.read_bytes())
+
+
+@SMOKE
+@given(st.binary(max_size=200))
+@example(b"")
+@example(b"MSG a 1 3\r\nabc\r\n")
+def test_wire_random_bytes(data: bytes) -> None:
+    fuzz_wire.one_input(data)
+
+
+@SMOKE
+@given(st.lists(st.sampled_from(WIRE_FRAGMENTS) | st.binary(max_size=4), max_size=24).map(b"".join))
+def test_wire_protocol_fragments(data: bytes) -> None:
+    fuzz_wire.one_input(data)
+
+
+@SMOKE
+@given(st.binary(max_size=200))
+@example(b"")
+@example(b"NATS/1.0\r\nA: b\r\n\r\n")
+def test_headers_random_bytes(data: bytes) -> None:
+    fuzz_headers.one_input(data)
+
+
+@SMOKE
+@given(st.lists(st.sampled_from(HEADER_FRAGMENTS) | st.binary(max_size=3), max_size=20).map(b"".join))
+def test_headers_fragments(data: bytes) -> None:
+    fuzz_headers.one_input(data)
+
+
+# The harness must be able to fail: a broken parser is caught.
+
+
+class _SplitSensitiveParser:
+    """Emits a different event when fed in pieces: the invariant must catch it."""
+
+    def __init__(self, max_payload: int = 0) -> None:
+        self.poisoned = False
+        self.buffered = 0
+        self.calls = 0
+
+    def feed(self, data: bytes) -> list[object]:
+        self.calls += 1
+        return [self.calls] if data else []
+
+
+class _LeakyParser(_SplitSensitiveParser):
+    def feed(self, data: bytes) -> list[object]:
+        raise ValueError("not a RemoteProtocolError")
+
+
+class _UnboundedParser(_SplitSensitiveParser):
+    def feed(self, data: bytes) -> list[object]:
+        self.buffered += len(data) * 10_000_000
+        return []
+
+
+class _NotPoisonedParser(_SplitSensitiveParser):
+    def feed(self, data: bytes) -> list[object]:
+        if data.startswith(b"X"):
+            raise RemoteProtocolError("bad")
+        return []
+
+
+@pytest.mark.parametrize(
+    ("fake", "error"),
+    [
+        (_SplitSensitiveParser, AssertionError),
+        (_LeakyParser, ValueError),
+        (_UnboundedParser, AssertionError),
+        (_NotPoisonedParser, AssertionError),
+    ],
+)
+def test_wire_harness_catches_broken_parsers(monkeypatch: pytest.MonkeyPatch, fake: type, error: type) -> None:
+    monkeypatch.setattr(fuzz_wire, "Parser", fake)
+    with pytest.raises(error):
+        fuzz_wire.one_input(b"XPING\r\nPONG\r\n")
+
+
+def test_headers_harness_catches_a_lossy_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = fuzz_headers.encode_headers
+
+    def lossy(headers: object) -> bytes:
+        return real([(k, v.upper()) for k, v in headers.items()])  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(fuzz_headers, "encode_headers", lossy)
+    with pytest.raises(AssertionError):
+        fuzz_headers.one_input(b"NATS/1.0\r\nA: b\r\n\r\n")
+
+
+def test_headers_harness_lets_unexpected_exceptions_escape(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(block: bytes) -> object:
+        raise KeyError("not a RemoteProtocolError")
+
+    monkeypatch.setattr(fuzz_headers, "parse_header_block", boom)
+    with pytest.raises(KeyError):
+        fuzz_headers.one_input(b"NATS/1.0\r\n\r\n")

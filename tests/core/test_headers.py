@@ -1,0 +1,295 @@
+"""Headers: the multi-dict, strict encoding (reject, never rewrite) and strict parsing."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jscore.errors import BadHeaderError, RemoteProtocolError
+from jscore.headers import Headers, HeadersInput, encode_headers, parse_header_block
+
+SETTINGS = settings(max_examples=200, deadline=None)
+
+# --------------------------------------------------------------------------- the multi-dict
+
+
+def test_lookup_is_case_insensitive_and_case_is_preserved() -> None:
+    h = Headers()
+    h.add("Nats-Msg-Id", "1")
+    assert h["nats-msg-id"] == "1"
+    assert h["NATS-MSG-ID"] == "1"
+    assert h.get("nAtS-mSg-Id") == "1"
+    assert "nats-msg-id" in h
+    assert h.items() == [("Nats-Msg-Id", "1")]
+    assert h.keys() == ["Nats-Msg-Id"]
+    assert encode_headers(h) == b"NATS/1.0\r\nNats-Msg-Id: 1\r\n\r\n"
+
+
+def test_missing_keys() -> None:
+    h = Headers({"A": "1"})
+    with pytest.raises(KeyError):
+        h["B"]
+    assert h.get("B") is None
+    assert h.get("B", "d") == "d"
+    assert h.get_all("B") == []
+    assert "B" not in h
+    assert 1 not in h  # type: ignore[operator]
+    with pytest.raises(KeyError):
+        del h["B"]
+
+
+def test_multi_values_and_get_all() -> None:
+    h = Headers()
+    h.add("A", "1")
+    h.add("b", "x")
+    h.add("a", "2")
+    assert h["A"] == "1", "h[key] gives the first value"
+    assert h.get_all("a") == ["1", "2"]
+    assert h.items() == [("A", "1"), ("b", "x"), ("a", "2")]
+    assert h.keys() == ["A", "b"]
+    assert list(h) == ["A", "b"]
+    assert len(h) == 2
+    assert encode_headers(h) == b"NATS/1.0\r\nA: 1\r\nb: x\r\na: 2\r\n\r\n"
+
+
+def test_setitem_replaces_every_value() -> None:
+    h = Headers([("A", "1"), ("B", "x"), ("a", "2")])
+    h["A"] = "3"
+    assert h.get_all("a") == ["3"]
+    assert h.items() == [("B", "x"), ("A", "3")]
+
+
+def test_delitem_removes_every_value() -> None:
+    h = Headers([("A", "1"), ("B", "x"), ("a", "2")])
+    del h["a"]
+    assert h.items() == [("B", "x")]
+    assert "A" not in h
+
+
+def test_bool_len_copy() -> None:
+    assert not Headers()
+    assert len(Headers()) == 0
+    h = Headers({"A": "1"})
+    assert h
+    c = h.copy()
+    c.add("B", "2")
+    assert h.items() == [("A", "1")], "copy must not share storage"
+    assert c.items() == [("A", "1"), ("B", "2")]
+
+
+def test_equality() -> None:
+    assert Headers({"A": "1"}) == Headers([("A", "1")])
+    assert Headers({"A": "1"}) != Headers({"A": "2"})
+    assert Headers([("A", "1"), ("A", "2")]) != Headers([("A", "1")])
+    assert Headers({"A": "1"}) != {"A": "1"}
+    assert Headers() == Headers()
+    with pytest.raises(TypeError):
+        hash(Headers())
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        Headers([("A", "1"), ("A", "2"), ("B", "3")]),
+        {"A": ["1", "2"], "B": "3"},
+        {"A": ("1", "2"), "B": ["3"]},
+        [("A", "1"), ("A", "2"), ("B", "3")],
+        iter([("A", "1"), ("A", "2"), ("B", "3")]),
+    ],
+    ids=["headers", "mapping-list", "mapping-tuple", "pairs", "iterator"],
+)
+def test_input_forms(given: HeadersInput) -> None:
+    h = Headers(given)
+    assert h.items() == [("A", "1"), ("A", "2"), ("B", "3")]
+    assert encode_headers(Headers(h)) == b"NATS/1.0\r\nA: 1\r\nA: 2\r\nB: 3\r\n\r\n"
+
+
+def test_encode_accepts_every_input_form_directly() -> None:
+    expected = b"NATS/1.0\r\nA: 1\r\nA: 2\r\n\r\n"
+    assert encode_headers({"A": ["1", "2"]}) == expected
+    assert encode_headers([("A", "1"), ("A", "2")]) == expected
+    assert encode_headers(Headers([("A", "1"), ("A", "2")])) == expected
+
+
+@pytest.mark.parametrize("given", [{"A": 1}, {"A": b"x"}, {"A": None}, ["A"], [("A", "1", "2")], "A: 1"], ids=repr)
+def test_bad_input_forms(given: object) -> None:
+    with pytest.raises(BadHeaderError):
+        encode_headers(given)  # type: ignore[arg-type]
+
+
+def test_headers_constructor_does_not_alias_a_headers_input() -> None:
+    src = Headers({"A": "1"})
+    h = Headers(src)
+    h.add("B", "2")
+    assert src.items() == [("A", "1")]
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+@pytest.mark.parametrize(
+    "key", ["", ":", "a b", "a:b", "\x00", "→", "ä", "a\r\nb", "a\n", "a\t", "(a)", "a/b", "a=b", "a@b", "[", "{"], ids=repr
+)
+def test_encode_rejects_bad_keys(key: str) -> None:
+    with pytest.raises(BadHeaderError):
+        encode_headers({key: "v"})
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["\r", "\n", "a\r\nB: injected", "a\rb", "a\nb", "\r\n", "\x00", "a\x01", "\x7f", "a\x1b[0m", "\ud800"],
+    ids=repr,
+)
+def test_encode_rejects_bad_values(value: str) -> None:
+    with pytest.raises(BadHeaderError):
+        encode_headers({"Key": value})
+    with pytest.raises(BadHeaderError):
+        encode_headers([("Key", "ok"), ("Key", value)])
+
+
+@pytest.mark.parametrize("key", [None, 1, b"A"], ids=repr)
+def test_encode_rejects_non_str_keys(key: object) -> None:
+    with pytest.raises(BadHeaderError):
+        encode_headers([(key, "v")])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(
+    ("value", "wire"),
+    [("", b"A: \r\n"), ("a\tb", b"A: a\tb\r\n"), ("  x  ", b"A:   x  \r\n"), ("ä→", "A: ä→\r\n".encode()), (":", b"A: :\r\n")],
+    ids=repr,
+)
+def test_encode_never_rewrites_values(value: str, wire: bytes) -> None:
+    assert encode_headers({"A": value}) == b"NATS/1.0\r\n" + wire + b"\r\n"
+
+
+def test_encode_none_and_empty() -> None:
+    assert encode_headers(None) == b""
+    assert encode_headers({}) == b"NATS/1.0\r\n\r\n"
+    assert encode_headers(Headers()) == b"NATS/1.0\r\n\r\n"
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.tuples(
+            st.text(alphabet="abcXYZ-_019!#$%&'*+.^`|~", min_size=1, max_size=10),
+            st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12),
+        ),
+        max_size=6,
+    )
+)
+def test_encoded_block_ends_with_exactly_one_blank_line(pairs: list[tuple[str, str]]) -> None:
+    try:
+        block = encode_headers(pairs)
+    except BadHeaderError:
+        assert any(any(c in v for c in "\r\n\x00\x7f") or any(ord(c) < 32 and c != "\t" for c in v) for _, v in pairs)
+        return
+    assert block.startswith(b"NATS/1.0\r\n")
+    assert block.endswith(b"\r\n\r\n")
+    assert not block.endswith(b"\r\n\r\n\r\n")
+    assert block.count(b"\r\n\r\n") == 1
+    assert block.count(b"\r\n") == len(pairs) + 2, "one line per pair: nothing injected"
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+@pytest.mark.parametrize(
+    ("block", "status", "description"),
+    [
+        (b"NATS/1.0\r\n\r\n", None, None),
+        (b"NATS/1.0 503\r\n\r\n", 503, None),
+        (b"NATS/1.0 409\r\n\r\n", 409, None),
+        (b"NATS/1.0 100 Idle Heartbeat\r\n\r\n", 100, "Idle Heartbeat"),
+        (b"NATS/1.0 409 Consumer Deleted\r\n\r\n", 409, "Consumer Deleted"),
+        (b"NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 1\r\n\r\n", 408, "Request Timeout"),
+        (b"NATS/1.0 204 EOB\r\n\r\n", 204, "EOB"),
+    ],
+)
+def test_status_lines(block: bytes, status: int | None, description: str | None) -> None:
+    _, got_status, got_description = parse_header_block(block)
+    assert (got_status, got_description) == (status, description)
+
+
+def test_idle_heartbeat_block() -> None:
+    headers, status, description = parse_header_block(
+        b"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: 0\r\nNats-Last-Stream: 0\r\n\r\n"
+    )
+    assert (status, description) == (100, "Idle Heartbeat")
+    assert headers.items() == [("Nats-Last-Consumer", "0"), ("Nats-Last-Stream", "0")]
+
+
+def test_parse_multi_valued_keys_and_whitespace() -> None:
+    headers, status, _ = parse_header_block(b"NATS/1.0\r\nA: 1\r\na:2\r\nB:   x y \t\r\nNats-Pin-Id: p\r\nNats-Pin-Id: q\r\n\r\n")
+    assert status is None
+    assert headers.get_all("A") == ["1", "2"]
+    assert headers["b"] == "x y", "optional whitespace around a value is not part of it"
+    assert headers.get_all("nats-pin-id") == ["p", "q"]
+    assert headers.items()[1] == ("a", "2"), "the key case received is kept"
+
+
+def test_parse_keeps_odd_values_verbatim() -> None:
+    headers, _, _ = parse_header_block(
+        b"NATS/1.0\r\nNats-Pending-Messages: -5\r\nNats-Pending-Messages: 1e309\r\nNats-Pending-Bytes: 18446744073709551616\r\n\r\n"
+    )
+    assert headers.get_all("Nats-Pending-Messages") == ["-5", "1e309"]
+    assert headers["Nats-Pending-Bytes"] == "18446744073709551616"
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        b"",
+        b"NATS/1.0",
+        b"NATS/1.0\r\n",
+        b"NATS/2.0\r\n\r\n",
+        b"NATS/1.1\r\n\r\n",
+        b"nats/1.0\r\n\r\n",
+        b"XNATS/1.0\r\n\r\n",
+        b"NATS/1.00\r\n\r\n",
+        b"NATS/1.0 4O9 X\r\n\r\n",
+        b"NATS/1.0 42\r\n\r\n",
+        b"NATS/1.0 1234\r\n\r\n",
+        b"NATS/1.0 \r\n\r\n",
+        b"NATS/1.0\t503\r\n\r\n",
+        b"NATS/1.0 503\x01\r\n\r\n",
+        b"NATS/1.0 503 a\x01b\r\n\r\n",
+        b"NATS/1.0\r\nA: b\r\n",
+        b"NATS/1.0\r\nNoColon\r\n\r\n",
+        b"NATS/1.0\r\n: v\r\n\r\n",
+        b"NATS/1.0\r\nA B: c\r\n\r\n",
+        b"NATS/1.0\r\nA: b\r\n c\r\n\r\n",
+        b"NATS/1.0\r\nA: b\r\n\tc\r\n\r\n",
+        b"NATS/1.0\r\nA: \xff\xfe\r\n\r\n",
+        b"NATS/1.0\r\n\xff: b\r\n\r\n",
+        b"NATS/1.0\r\nA: b\r\n\r\nC: d\r\n\r\n",
+        b"NATS/1.0\r\nA: b\nC: d\r\n\r\n",
+        b"NATS/1.0\r\nA: b\rC: d\r\n\r\n",
+        b"NATS/1.0\r\nA: b\x00\r\n\r\n",
+        b"NATS/1.0\r\n\r\n\r\n",
+        "NATS/1.0\r\n→: b\r\n\r\n".encode(),
+    ],
+    ids=repr,
+)
+def test_parse_rejects_malformed_blocks(block: bytes) -> None:
+    with pytest.raises(RemoteProtocolError):
+        parse_header_block(block)
+
+
+_keys = st.text(alphabet="abcXYZ-_019!#$%&'*+.^`|~", min_size=1, max_size=16)
+_values = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x7f" + "".join(map(chr, range(32)))),
+    max_size=24,
+).filter(lambda v: v == v.strip(" \t")) | st.sampled_from(["", "a\tb", "x : y", "ä→日本", "\u00a0pad\u00a0"])
+
+
+@SETTINGS
+@given(st.lists(st.tuples(_keys, _values), max_size=8))
+def test_round_trip_encode_parse(pairs: list[tuple[str, str]]) -> None:
+    block = encode_headers(pairs)
+    headers, status, description = parse_header_block(block)
+    assert (status, description) == (None, None)
+    assert headers.items() == pairs
+    assert headers == Headers(pairs)
+    assert encode_headers(headers) == block
