@@ -390,8 +390,12 @@ class Connection:
         self._last_error = error
         if not self._ever_connected:
             self._initial_failures += 1
-            if isinstance(error, (AuthorizationError, SecureConnectionRequiredError)) or not self._untried():
-                self._close_for_good(self._no_servers_error(error))
+            if isinstance(error, (AuthorizationError, SecureConnectionRequiredError)):
+                self._initial_refusal = error
+            if not self._untried():
+                # Like nats.go, the first connect tries every configured server before giving
+                # up; a refusal (credentials, TLS) wins over "unreachable" as the reason.
+                self._close_for_good(self._no_servers_error(self._initial_refusal or error))
                 return
             self._dial_next(now)
             return
@@ -538,10 +542,15 @@ class Connection:
         if max_msgs is not None and max_msgs > sub.delivered:
             sub.max_msgs = max_msgs
         else:
-            del self._subs[sid]
+            self._forget_sub(sid)
             max_msgs = None
         if self.state is State.CONNECTED:
             self._out.append(encode_unsub(sid, max_msgs))
+
+    def _forget_sub(self, sid: int) -> None:
+        del self._subs[sid]
+        if sid == self._resp_sid:
+            self._resp_sid = None  # the next request subscribes a new reply inbox
 
     def has_subscription(self, sid: int) -> bool:
         return sid in self._subs
@@ -609,6 +618,7 @@ class Connection:
     # ---------------------------------------------------------------- internals
 
     _closing_for_good = False
+    _initial_refusal: Exception | None = None
     _close_error: Exception | None = None
     _current_connected = False
 
@@ -793,6 +803,7 @@ class Connection:
         self._timers.pop("connect", None)
         entry.attempts = 0
         entry.auth_failures = 0
+        entry.lame_duck = False  # a server that came back is a normal candidate again
         out = self._out
         for sid, sub in self._subs.items():
             out.append(encode_sub(sub.subject, sub.queue, sid))
@@ -874,23 +885,30 @@ class Connection:
         known = {(e.address.host, e.address.port) for e in self._pool} | self._removed
         added: list[str] = []
         scheme = "tls" if self._wants_tls else "nats"
+        malformed: list[str] = []
         for raw in urls:
             if len(self._pool) >= MAX_DISCOVERED:
                 self._events.append(ev.ServerPoolWarning(message=f"server pool is full ({MAX_DISCOVERED}); ignored the rest"))
                 break
             if not isinstance(raw, str) or not raw or any(c in raw for c in "\x00\r\n\t /@"):
-                self._events.append(ev.ServerPoolWarning(message=f"ignored a malformed connect_url {str(raw)[:64]!r}"))
+                malformed.append(repr(str(raw)[:64]))
                 continue
             try:
                 addr = parse_server_url(raw, discovered=True, default_scheme=scheme)
-            except InvalidOptionError as exc:
-                self._events.append(ev.ServerPoolWarning(message=f"ignored a malformed connect_url: {exc}"))
+            except InvalidOptionError:
+                malformed.append(repr(raw[:64]))
                 continue
             if (addr.host, addr.port) in known:
                 continue
             known.add((addr.host, addr.port))
             self._pool.append(_Entry(addr))
             added.append(addr.url)
+        if malformed:
+            # One warning per INFO, however many entries were bad (a huge INFO must not flood).
+            shown = ", ".join(malformed[:5]) + (f" and {len(malformed) - 5} more" if len(malformed) > 5 else "")
+            self._events.append(
+                ev.ServerPoolWarning(message=f"ignored {len(malformed)} malformed connect_urls: {shown}")
+            )
         if added:
             self._events.append(ev.ServersDiscovered(urls=tuple(added)))
 
@@ -902,7 +920,7 @@ class Connection:
             if err.operation == "subscription":
                 for sid, sub in list(self._subs.items()):
                     if sub.subject.decode() == err.subject and (err.queue is None or sub.queue == err.queue.encode()):
-                        del self._subs[sid]
+                        self._forget_sub(sid)
                         self._events.append(ev.SubscriptionEnded(sid=sid, error=err))
             return
         fatal_err: Exception
