@@ -658,6 +658,11 @@ class Connection:
             if ready > now:
                 self._timers["reconnect"] = ready
                 return
+        if not entry.lame_duck:
+            # A lame-duck server is skipped for one dial; after that it is an ordinary candidate
+            # (it may have restarted), so a failing alternative cannot starve it.
+            for e in self._pool:
+                e.lame_duck = False
         entry.attempts += 1
         entry.last_attempt = now
         self._current = entry

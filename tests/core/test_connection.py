@@ -887,11 +887,11 @@ def test_lame_duck_event_once_and_next_reconnect_prefers_another_server() -> Non
     (req,) = of(h.lose(ConnectionRefusedError()), ev.ConnectRequested)
     assert req.server.url == "nats://c:4222"
     events = h.lose(ConnectionRefusedError())
-    # a is first in the rotated pool and was tried long ago, but it is in lame-duck mode:
-    # b is preferred (after its reconnect wait).
-    assert not of(events, ev.ConnectRequested)
-    (req,) = of(h.run_until(20.0), ev.ConnectRequested)
-    assert req.server.url == "nats://b:4222"
+    # The lame-duck server was skipped for one dial; now b and c both failed, a (which may have
+    # restarted, as in a rolling upgrade) is an ordinary candidate again: first in the rotated
+    # pool and tried long ago, it is dialed at once rather than waiting for b.
+    (req,) = of(events, ev.ConnectRequested)
+    assert req.server.url == "nats://a:4222"
 
 
 def test_lame_duck_info_keeps_max_payload() -> None:
@@ -1196,3 +1196,61 @@ def test_inbox_ids_come_from_the_injected_random() -> None:
     c = Harness(seed=43).conn
     assert a.new_inbox() == b.new_inbox() != c.new_inbox()
     assert a._resp_prefix == b._resp_prefix != c._resp_prefix
+
+
+# --- follow-ups: request inbox lifetime, lame-duck recovery, first connect over a pool ------------
+
+
+def test_request_inbox_is_resubscribed_after_the_server_refuses_it() -> None:
+    h = Harness()
+    h.connect()
+    h.conn.request("svc", b"1")
+    frames = h.written()
+    assert [f[0] for f in frames] == ["SUB", "PUB"]
+    inbox = frames[0][1]
+    # The server refuses the reply inbox: the mux subscription is gone...
+    events = h.send(b"-ERR 'Permissions Violation for Subscription to \"" + inbox.encode() + b"\"'\r\n")
+    assert of(events, ev.SubscriptionEnded)
+    # ...so the next request must subscribe a new one instead of publishing into the void.
+    h.conn.request("svc", b"2")
+    assert [f[0] for f in h.written()] == ["SUB", "PUB"]
+
+
+def test_lame_duck_server_is_a_normal_candidate_again_after_it_served_us() -> None:
+    h = Harness(servers=("nats://a:4222", "nats://b:4222"), reconnect_wait=0.5, reconnect_jitter=0.0)
+    h.connect()
+    assert of(h.send(b'INFO {"ldm":true}\r\n'), ev.LameDuck)
+    h.lose(ConnectionResetError())
+    h.connect()  # to b, since a is in lame duck
+    assert h.conn.connected_url == "nats://b:4222"
+    # b fails and a comes back: a serves us, so it is no longer marked lame duck...
+    h.lose(ConnectionResetError())
+    h.connect()
+    assert h.conn.connected_url == "nats://a:4222"
+    h.lose(ConnectionResetError())
+    h.connect()
+    assert h.conn.connected_url == "nats://b:4222"
+    # ...and after b drops again, a is preferred in plain pool order, not pushed last.
+    h.lose(ConnectionResetError())
+    h.connect()
+    assert h.conn.connected_url == "nats://a:4222"
+
+
+def test_first_connect_tries_every_server_and_reports_the_refusal() -> None:
+    from jscore.errors import AuthorizationError
+
+    h = Harness(servers=("nats://a:4222", "nats://b:4222", "nats://c:4222"))
+    h.dial()
+    h.info({})
+    h.written()
+    events = h.send(b"-ERR 'Authorization Violation'\r\n")
+    assert of(events, ev.CloseRequested)
+    events = h.lose()  # a refused our credentials: b is dialed next, not a close
+    requested = of(events, ev.ConnectRequested)
+    assert requested and requested[0].server.url == "nats://b:4222"
+    events = h.lose(ConnectionRefusedError())  # b is down
+    requested = of(events, ev.ConnectRequested)
+    assert requested and requested[0].server.url == "nats://c:4222"
+    events = h.lose(ConnectionRefusedError())  # c is down too
+    closed = of(events, ev.Closed)
+    assert closed and isinstance(closed[0].error, AuthorizationError), closed
