@@ -73,7 +73,7 @@ class InfoReceived(msgspec.Struct, frozen=True, kw_only=True):
     info: dict[str, Any]
 
 
-class MsgReceived(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class MsgReceived(msgspec.Struct, frozen=True, gc=False):
     """A ``MSG`` or ``HMSG`` frame.
 
     ``size`` is the message size as the server accounts it: subject + reply + header block +
@@ -121,6 +121,18 @@ def _size(arg: bytes, what: str) -> int:
     if not arg.isdigit() or len(arg) > _MAX_SIZE_DIGITS:
         raise RemoteProtocolError(f"bad {what}: {arg[:24]!r}")
     return int(arg)
+
+
+_subject_cache: dict[bytes, str] = {}
+_SUBJECT_CACHE_LIMIT: Final = 4096
+
+
+def _decode_subject(raw: bytes) -> str:
+    subject = _text(raw, "subject")
+    if len(_subject_cache) >= _SUBJECT_CACHE_LIMIT:
+        _subject_cache.clear()
+    _subject_cache[raw] = subject
+    return subject
 
 
 def _text(arg: bytes, what: str) -> str:
@@ -206,6 +218,7 @@ class Parser:
         pos = 0
         n = len(buf)
         max_msg = self._max_msg
+        subjects = _subject_cache
         while pos < n:
             end = buf.find(b"\r\n", pos, pos + MAX_INFO_LINE + 2)
             if end < 0:
@@ -213,8 +226,8 @@ class Parser:
                 break
             if end - pos > MAX_CONTROL_LINE and buf[pos : pos + 4].upper() != b"INFO":
                 raise RemoteProtocolError("control line too long")
-            op = buf[pos : pos + 4]
-            if op == b"MSG ":
+            if buf.startswith(b"MSG ", pos):
+                # The hot path: inlined checks, no slices but the ones we keep.
                 args = buf[pos + 4 : end].split()
                 nargs = len(args)
                 if nargs == 3:
@@ -224,7 +237,9 @@ class Parser:
                     subject_b, sid_b, reply_b, size_b = args
                 else:
                     raise RemoteProtocolError(f"MSG needs 3 or 4 arguments, got {nargs}")
-                size = _size(size_b, "MSG size")
+                if not size_b.isdigit() or len(size_b) > _MAX_SIZE_DIGITS:
+                    raise RemoteProtocolError(f"bad MSG size: {size_b[:24]!r}")
+                size = int(size_b)
                 if size > max_msg:
                     raise RemoteProtocolError(f"MSG size {size} exceeds max_payload")
                 if not sid_b.isdigit():
@@ -234,20 +249,25 @@ class Parser:
                 if stop + 2 > n:
                     self._need = stop + 2 - pos
                     break
-                if buf[stop : stop + 2] != b"\r\n":
+                if not buf.startswith(b"\r\n", stop):
                     raise RemoteProtocolError("MSG payload is not followed by CRLF")
+                subject = subjects.get(subject_b)
+                if subject is None:
+                    subject = _decode_subject(subject_b)
                 append(
                     MsgReceived(
-                        subject=_text(subject_b, "subject"),
-                        sid=int(sid_b),
-                        reply=_text(reply_b, "reply subject") if reply_b else None,
-                        data=buf[start:stop],
-                        headers=None,
-                        size=len(subject_b) + len(reply_b) + size,
+                        subject,
+                        int(sid_b),
+                        _text(reply_b, "reply subject") if reply_b else None,
+                        buf[start:stop],
+                        None,
+                        None,
+                        None,
+                        len(subject_b) + len(reply_b) + size,
                     )
                 )
                 pos = stop + 2
-            elif op == b"HMSG":
+            elif buf.startswith(b"HMSG", pos):
                 nxt = self._parse_hmsg(buf, pos, end, n, max_msg, append)
                 if nxt < 0:
                     break
