@@ -361,12 +361,19 @@ class Client:
             self.flush(timeout=max(0.01, deadline - _monotonic()))
         except (TimeoutError, ConnectionClosedError):
             pass
+        me = threading.current_thread()
         for sub in subs:
-            if sub._callback is not None:
+            if sub._callback is not None and sub._thread is not me:
+                # (from inside a callback, its own subscription cannot go idle until we return)
                 sub._idle.wait(max(0.0, deadline - _monotonic()))
             with self._lock:
                 self._subs.pop(sub.sid, None)
                 sub._end(None)
+            # _idle can be set for a moment while a last message is being handed over; the
+            # callback thread ends only after everything queued before the stop was handled.
+            t = sub._thread
+            if t is not None and t is not me:
+                t.join(max(0.0, deadline - _monotonic()))
         self.close(max(0.1, deadline - _monotonic()))
 
     # ------------------------------------------------------------------ properties
@@ -592,8 +599,15 @@ class Client:
             err = exc if isinstance(exc, NatsError) else ConnectionClosedError(f"I/O thread failed: {exc!r}")
             if err is not exc:
                 err.__cause__ = exc
+            already = self._closed.is_set()
             self._finish(err)
+            # Nobody drives the core any more: close it so publish/subscribe/request raise
+            # ConnectionClosedError instead of queueing into the void.
+            with contextlib.suppress(Exception):
+                self._conn.close(_monotonic())
         self._close_socket()
+        if not already:
+            self._emit(ev.Closed(error=err))  # on_event learns that the client is dead
 
     def _finish(self, error: BaseException | None) -> None:
         """Under the lock: the client is closed; wake every waiter."""
@@ -765,7 +779,8 @@ class Client:
             wbuf.clear()
             self._close_socket()
             with self._lock:
-                conn.connection_lost(_monotonic(), d.error)
+                if conn.state is State.CLOSING:  # else the loss was already reported
+                    conn.connection_lost(_monotonic(), d.error)
 
     def _dial(self, d: ev.ConnectRequested) -> socket.socket:
         addr = d.server
@@ -826,6 +841,10 @@ class Client:
         wbuf.clear()
         self._close_socket()
         with self._lock:
+            if self._conn.state is State.CLOSING:
+                # A CloseRequested is queued for this transport (e.g. a fatal -ERR and the EOF
+                # came in one read): its handler reports the loss, exactly once.
+                return
             self._conn.connection_lost(_monotonic(), _as_error(exc))
 
     def __repr__(self) -> str:
