@@ -924,7 +924,7 @@ class Connection:
             self._events.append(ev.ServerError(error=err, fatal=False))
             if err.operation == "subscription":
                 for sid, sub in list(self._subs.items()):
-                    if sub.subject.decode() == err.subject and (err.queue is None or sub.queue == err.queue.encode()):
+                    if sub.subject.decode() == err.subject and sub.queue == (err.queue.encode() if err.queue else None):
                         self._forget_sub(sid)
                         self._events.append(ev.SubscriptionEnded(sid=sid, error=err))
             return

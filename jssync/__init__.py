@@ -5,7 +5,7 @@
         nc.publish("greet", b"hello")
 """
 
-from jscore import errors
+from . import errors
 from jscore.headers import Headers
 
 from . import events

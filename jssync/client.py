@@ -10,6 +10,7 @@ events to whoever waits for them. User callbacks never run on it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import queue
 import random
@@ -46,6 +47,7 @@ _HIGH_WATER: Final = 32 * 1024 * 1024  # queued output above which publishers wa
 _LOW_WATER: Final = 8 * 1024 * 1024
 _DEFAULT_PENDING_MSGS: Final = 512 * 1024
 _monotonic = time.monotonic
+_log = logging.getLogger("jssync")
 
 # --- fork safety -------------------------------------------------------------------------------
 
@@ -431,17 +433,21 @@ class Client:
         reply: str | None = None,
         headers: HeadersInput | None = None,
     ) -> None:
-        """Queue a message; returns at once. Invalid input raises before anything is queued."""
+        """Queue a message; returns at once. Invalid input raises before anything is queued.
+
+        When more than 32 MiB wait for a slow socket, the call first waits (up to
+        ``max(connect_timeout, 10)`` s) for the backlog to drain; a ``TimeoutError`` then means
+        the message was NOT queued."""
         if self._fork_gen != _fork_generation:
             self._check_fork()
         conn = self._conn
         with self._lock:
+            if conn.out_bytes + self._wbuf_len > _HIGH_WATER:
+                self._wait_for_room()
             conn.publish(subject, payload, reply, headers)
             if self._io_idle:
                 self._io_idle = False
                 self._poke()
-            elif conn.out_bytes + self._wbuf_len > _HIGH_WATER:
-                self._wait_for_room()
 
     def _wait_for_room(self) -> None:
         """Called under the lock: block while too much output is queued (the socket is slow)."""
@@ -573,7 +579,7 @@ class Client:
             try:
                 cb(item)
             except Exception:  # noqa: BLE001 - a broken handler must not kill notifications
-                pass
+                _log.exception("jssync: on_event handler raised on %s", type(item).__name__)
 
     # ------------------------------------------------------------------ the I/O thread
 

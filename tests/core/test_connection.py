@@ -1254,3 +1254,17 @@ def test_first_connect_tries_every_server_and_reports_the_refusal() -> None:
     events = h.lose(ConnectionRefusedError())  # c is down too
     closed = of(events, ev.Closed)
     assert closed and isinstance(closed[0].error, AuthorizationError), closed
+
+
+def test_permission_violation_ends_only_the_subscription_it_names() -> None:
+    h = Harness()
+    h.connect()
+    plain = h.conn.subscribe("orders")
+    grouped = h.conn.subscribe("orders", queue="workers")
+    other_group = h.conn.subscribe("orders", queue="audit")
+    h.written()
+    events = h.send(b"-ERR 'Permissions Violation for Subscription to \"orders\"'\r\n")
+    assert [e.sid for e in of(events, ev.SubscriptionEnded)] == [plain]
+    events = h.send(b"-ERR 'Permissions Violation for Subscription to \"orders\" using queue \"workers\"'\r\n")
+    assert [e.sid for e in of(events, ev.SubscriptionEnded)] == [grouped]
+    assert h.conn.has_subscription(other_group) and h.conn.is_connected
