@@ -266,6 +266,22 @@ def _cleanup_all_at_exit() -> None:
             pass
 
 
+def _wait_process_state(pid: int, *, stopped: bool, timeout: float = 2.0) -> None:
+    """Signals are asynchronous: wait until /proc says the process is (not) stopped. Where
+    /proc is unavailable, return at once."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            return
+        state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
+        if (state in (b"T", b"t")) == stopped:
+            return
+        time.sleep(0.005)
+
+
 class PortInUseError(RuntimeError):
     """nats-server could not bind one of its ports (client, monitor or cluster)."""
 
@@ -677,12 +693,18 @@ class NatsServer:
         with self._lock:
             self._send(_signal.SIGSTOP)
             self._paused = True
+            pid = self.pid
+        if pid is not None:
+            _wait_process_state(pid, stopped=True)
 
     def resume(self) -> None:
         """SIGCONT after :meth:`pause`."""
         with self._lock:
             self._send(_signal.SIGCONT)
             self._paused = False
+            pid = self.pid
+        if pid is not None:
+            _wait_process_state(pid, stopped=False)
 
     def lame_duck(self) -> None:
         """SIGUSR2: enter lame duck mode (the server exits after ``lame_duck_duration``)."""
