@@ -34,6 +34,22 @@ __all__ = [
     "ClientForkedError",
     "JetStreamError",
     "JetStreamAPIError",
+    "StreamNotFoundError",
+    "StreamNameInUseError",
+    "ConsumerNotFoundError",
+    "ConsumerExistsError",
+    "MsgNotFoundError",
+    "WrongLastSequenceError",
+    "MsgSizeExceededError",
+    "HeaderSizeExceededError",
+    "StoreFailedError",
+    "MaxMsgsPerSubjectError",
+    "MaxMsgsError",
+    "MaxBytesError",
+    "InvalidPriorityGroupError",
+    "API_ERRORS",
+    "API_ERRORS_BY_DESCRIPTION",
+    "api_error",
     "PubAckTimeoutError",
     "ConsumerDeletedError",
     "NoHeartbeatError",
@@ -164,6 +180,91 @@ class JetStreamAPIError(JetStreamError):
         self.code = code
         self.err_code = err_code
         self.description = description
+
+
+class StreamNotFoundError(JetStreamAPIError):
+    """10059 stream not found."""
+
+
+class StreamNameInUseError(JetStreamAPIError):
+    """10058 stream name already in use with a different configuration."""
+
+
+class ConsumerNotFoundError(JetStreamAPIError):
+    """10014 consumer not found."""
+
+
+class ConsumerExistsError(JetStreamAPIError):
+    """10148 consumer already exists (create with a different configuration)."""
+
+
+class MsgNotFoundError(JetStreamAPIError):
+    """10037 no message found."""
+
+
+class WrongLastSequenceError(JetStreamAPIError):
+    """10071 wrong last sequence (an expected-last-* publish condition failed)."""
+
+
+class MsgSizeExceededError(JetStreamAPIError):
+    """10054 message size exceeds the stream's max_msg_size."""
+
+
+class HeaderSizeExceededError(JetStreamAPIError):
+    """10097 header size exceeds the limit."""
+
+
+class StoreFailedError(JetStreamAPIError):
+    """10077 the stream refused to store the message; subclasses say which limit refused it."""
+
+
+class MaxMsgsPerSubjectError(StoreFailedError):
+    """10077 "maximum messages per subject exceeded": on a ``discard_new_per_subject`` stream
+    this is the "already published" answer of infinite deduplication."""
+
+
+class MaxMsgsError(StoreFailedError):
+    """10077 "maximum messages exceeded" (discard new)."""
+
+
+class MaxBytesError(StoreFailedError):
+    """10077 "maximum bytes exceeded" (discard new)."""
+
+
+class InvalidPriorityGroupError(JetStreamAPIError):
+    """10162 invalid priority group."""
+
+
+# err_code -> class; 10077 is refined by description (see :func:`api_error`).
+API_ERRORS: dict[int, type[JetStreamAPIError]] = {
+    10059: StreamNotFoundError,
+    10058: StreamNameInUseError,
+    10014: ConsumerNotFoundError,
+    10148: ConsumerExistsError,
+    10037: MsgNotFoundError,
+    10071: WrongLastSequenceError,
+    10054: MsgSizeExceededError,
+    10097: HeaderSizeExceededError,
+    10077: StoreFailedError,
+    10162: InvalidPriorityGroupError,
+}
+
+# (err_code, exact lower-case description prefix) -> class, checked before API_ERRORS.
+API_ERRORS_BY_DESCRIPTION: tuple[tuple[int, str, type[JetStreamAPIError]], ...] = (
+    (10077, "maximum messages per subject exceeded", MaxMsgsPerSubjectError),
+    (10077, "maximum messages exceeded", MaxMsgsError),
+    (10077, "maximum bytes exceeded", MaxBytesError),
+)
+
+
+def api_error(code: int, err_code: int, description: str) -> JetStreamAPIError:
+    """The typed error for a JetStream API error body: by err_code AND description for the
+    codes the server reuses (10077), never by the HTTP-like code alone."""
+    low = description.strip().lower()
+    for ec, prefix, cls in API_ERRORS_BY_DESCRIPTION:
+        if ec == err_code and low.startswith(prefix):
+            return cls(code, err_code, description)
+    return API_ERRORS.get(err_code, JetStreamAPIError)(code, err_code, description)
 
 
 class PubAckTimeoutError(JetStreamError, TimeoutError):
