@@ -11,10 +11,9 @@ Every state change of the machine lives in this module.
 from __future__ import annotations
 
 import enum
-import random
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote, urlsplit
 
 import msgspec
@@ -58,6 +57,9 @@ from .protocol import (
     encode_sub,
     encode_unsub,
 )
+
+if TYPE_CHECKING:
+    from random import Random  # the injected generator; the module-level one is never used
 
 __all__ = ["ConnectOptions", "Connection", "State", "parse_server_url", "CLIENT_VERSION"]
 
@@ -217,7 +219,7 @@ class Stats(msgspec.Struct, kw_only=True):
 class Connection:
     """The sans-IO connection machine. Not thread-safe: the transport serializes calls."""
 
-    def __init__(self, options: ConnectOptions, *, rng: random.Random) -> None:
+    def __init__(self, options: ConnectOptions, *, rng: Random) -> None:
         options.validate()
         self.options = options
         self._rng = rng
