@@ -18,13 +18,13 @@ Run it long with atheris (see fuzz/README.md)::
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fuzz.fuzz_wire import check_wire
+from fuzz._runner import run
 from jscore.errors import RemoteProtocolError
 from jscore.headers import Headers, encode_headers, parse_header_block
 
@@ -68,28 +68,7 @@ def one_input(data: bytes) -> None:
 
 
 def main(argv: list[str]) -> None:
-    try:
-        import atheris  # type: ignore[import-not-found]
-    except ImportError:
-        print("atheris is not installed: pip install atheris  (see fuzz/README.md)", file=sys.stderr)
-        print("replaying the given files through one_input instead", file=sys.stderr)
-        replay(argv[1:])
-        return
-    atheris.instrument_all()
-    atheris.Setup(argv, one_input)
-    atheris.Fuzz()
-
-
-def replay(paths: Iterable[str]) -> None:
-    """Run ``one_input`` on files (or every file of directories): reproduce a crash."""
-    for name in paths:
-        if name.startswith("-"):
-            continue
-        path = Path(name)
-        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
-        for f in files:
-            one_input(f.read_bytes())
-            print(f"ok {f}")
+    run(argv, one_input)
 
 
 if __name__ == "__main__":

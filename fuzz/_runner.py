@@ -1,0 +1,33 @@
+"""What every fuzz target shares: run under atheris when it is installed, else replay files."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+
+def run(argv: list[str], one_input: Callable[[bytes], None]) -> None:
+    """Fuzz ``one_input`` with atheris (libFuzzer flags in ``argv``), or replay the files given."""
+    try:
+        import atheris  # type: ignore[import-not-found]
+    except ImportError:
+        print("atheris is not installed: pip install atheris  (see fuzz/README.md)", file=sys.stderr)
+        print("replaying the given files through one_input instead", file=sys.stderr)
+        replay(argv[1:], one_input)
+        return
+    atheris.instrument_all()
+    atheris.Setup(argv, one_input)
+    atheris.Fuzz()
+
+
+def replay(paths: Iterable[str], one_input: Callable[[bytes], None]) -> None:
+    """Run ``one_input`` on files (or every file of directories): reproduce a crash."""
+    for name in paths:
+        if name.startswith("-"):  # a libFuzzer flag such as -max_total_time=60
+            continue
+        path = Path(name)
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        for f in files:
+            one_input(f.read_bytes())
+            print(f"ok {f}")
