@@ -47,6 +47,29 @@ __all__ = [
     "MaxMsgsError",
     "MaxBytesError",
     "InvalidPriorityGroupError",
+    "JetStreamNotEnabledError",
+    "JetStreamNotEnabledForAccountError",
+    "JetStreamUnavailableError",
+    "BadRequestError",
+    "InsufficientResourcesError",
+    "AccountResourcesExceededError",
+    "StorageResourcesExceededError",
+    "MemoryResourcesExceededError",
+    "MaximumStreamsLimitError",
+    "MaximumConsumersLimitError",
+    "InvalidStreamConfigError",
+    "StreamSubjectOverlapError",
+    "StreamSealedError",
+    "StreamNotMatchError",
+    "WrongLastMsgIdError",
+    "DuplicateMsgIdInProcessError",
+    "ConsumerDoesNotExistError",
+    "ConsumerNameInUseError",
+    "WorkQueueConsumerConflictError",
+    "PriorityGroupNotFoundError",
+    "MsgTTLDisabledError",
+    "InvalidMsgTTLError",
+    "RequiredApiLevelError",
     "API_ERRORS",
     "API_ERRORS_BY_DESCRIPTION",
     "api_error",
@@ -199,7 +222,8 @@ class ConsumerExistsError(JetStreamAPIError):
 
 
 class MsgNotFoundError(JetStreamAPIError):
-    """10037 no message found."""
+    """10037 no message found (also 10043 "sequence N not found", 10057 "no message found" of a
+    message delete, and the 404 of a direct get)."""
 
 
 class WrongLastSequenceError(JetStreamAPIError):
@@ -235,6 +259,103 @@ class InvalidPriorityGroupError(JetStreamAPIError):
     """10162 invalid priority group."""
 
 
+class JetStreamNotEnabledError(JetStreamAPIError):
+    """10076 JetStream is not enabled on the server. Also raised (with ``err_code`` 0) when the
+    JetStream API has no responders: JetStream is off, or the domain / api_prefix is wrong."""
+
+
+class JetStreamNotEnabledForAccountError(JetStreamNotEnabledError):
+    """10039 JetStream is not enabled for this account."""
+
+
+class JetStreamUnavailableError(JetStreamAPIError):
+    """10008 "JetStream system temporarily unavailable" (a cluster without a meta leader, or a
+    stream/consumer without quorum). Transient: worth retrying."""
+
+
+class BadRequestError(JetStreamAPIError):
+    """10003 the server could not make sense of the request."""
+
+
+class InsufficientResourcesError(JetStreamAPIError):
+    """10023 insufficient resources; the base of the other resource-limit errors."""
+
+
+class AccountResourcesExceededError(InsufficientResourcesError):
+    """10002 resource limits exceeded for the account."""
+
+
+class StorageResourcesExceededError(InsufficientResourcesError):
+    """10047 insufficient storage resources available (``max_file_store`` reached)."""
+
+
+class MemoryResourcesExceededError(InsufficientResourcesError):
+    """10028 insufficient memory resources available (``max_memory_store`` reached)."""
+
+
+class MaximumStreamsLimitError(JetStreamAPIError):
+    """10027 maximum number of streams reached."""
+
+
+class MaximumConsumersLimitError(JetStreamAPIError):
+    """10026 maximum consumers limit reached (the stream's ``max_consumers``)."""
+
+
+class InvalidStreamConfigError(JetStreamAPIError):
+    """10052 the stream configuration is not valid; the description says why."""
+
+
+class StreamSubjectOverlapError(JetStreamAPIError):
+    """10065 the stream's subjects overlap with those of an existing stream."""
+
+
+class StreamSealedError(JetStreamAPIError):
+    """10109 invalid operation on a sealed stream."""
+
+
+class StreamNotMatchError(JetStreamAPIError):
+    """10060 expected stream does not match (the ``expected_stream`` publish condition)."""
+
+
+class WrongLastMsgIdError(JetStreamAPIError):
+    """10070 wrong last msg ID (the ``expected_last_msg_id`` publish condition failed)."""
+
+
+class DuplicateMsgIdInProcessError(JetStreamAPIError):
+    """10158 a message with the same Nats-Msg-Id is being stored right now: the outcome of this
+    publish is not known yet. Ambiguous, safe to retry with the same msg id."""
+
+
+class ConsumerDoesNotExistError(ConsumerNotFoundError):
+    """10149 "consumer does not exist": an update of a consumer that is not there."""
+
+
+class ConsumerNameInUseError(JetStreamAPIError):
+    """10013 consumer name already in use."""
+
+
+class WorkQueueConsumerConflictError(JetStreamAPIError):
+    """10099 / 10100: a work-queue stream allows one consumer per subject; the new consumer
+    overlaps an existing one ("multiple non-filtered consumers not allowed on workqueue stream",
+    "filtered consumer not unique on workqueue stream")."""
+
+
+class PriorityGroupNotFoundError(JetStreamAPIError):
+    """10160 the priority group does not exist for this consumer."""
+
+
+class MsgTTLDisabledError(JetStreamAPIError):
+    """10166 per-message TTL is disabled (the stream needs ``allow_msg_ttl``)."""
+
+
+class InvalidMsgTTLError(JetStreamAPIError):
+    """10165 invalid per-message TTL."""
+
+
+class RequiredApiLevelError(JetStreamAPIError):
+    """10185 the request needs a newer JetStream API level than the server offers."""
+
+
 # err_code -> class; 10077 is refined by description (see :func:`api_error`).
 API_ERRORS: dict[int, type[JetStreamAPIError]] = {
     10059: StreamNotFoundError,
@@ -242,11 +363,37 @@ API_ERRORS: dict[int, type[JetStreamAPIError]] = {
     10014: ConsumerNotFoundError,
     10148: ConsumerExistsError,
     10037: MsgNotFoundError,
+    10043: MsgNotFoundError,  # "sequence N not found" (e.g. deleting a deleted message)
     10071: WrongLastSequenceError,
     10054: MsgSizeExceededError,
     10097: HeaderSizeExceededError,
     10077: StoreFailedError,
     10162: InvalidPriorityGroupError,
+    10164: WrongLastSequenceError,
+    10076: JetStreamNotEnabledError,
+    10039: JetStreamNotEnabledForAccountError,
+    10008: JetStreamUnavailableError,
+    10003: BadRequestError,
+    10023: InsufficientResourcesError,
+    10002: AccountResourcesExceededError,
+    10047: StorageResourcesExceededError,
+    10028: MemoryResourcesExceededError,
+    10027: MaximumStreamsLimitError,
+    10026: MaximumConsumersLimitError,
+    10052: InvalidStreamConfigError,
+    10065: StreamSubjectOverlapError,
+    10109: StreamSealedError,
+    10060: StreamNotMatchError,
+    10070: WrongLastMsgIdError,
+    10158: DuplicateMsgIdInProcessError,
+    10149: ConsumerDoesNotExistError,
+    10013: ConsumerNameInUseError,
+    10099: WorkQueueConsumerConflictError,
+    10100: WorkQueueConsumerConflictError,
+    10160: PriorityGroupNotFoundError,
+    10166: MsgTTLDisabledError,
+    10165: InvalidMsgTTLError,
+    10185: RequiredApiLevelError,
 }
 
 # (err_code, exact lower-case description prefix) -> class, checked before API_ERRORS.
@@ -254,6 +401,8 @@ API_ERRORS_BY_DESCRIPTION: tuple[tuple[int, str, type[JetStreamAPIError]], ...] 
     (10077, "maximum messages per subject exceeded", MaxMsgsPerSubjectError),
     (10077, "maximum messages exceeded", MaxMsgsError),
     (10077, "maximum bytes exceeded", MaxBytesError),
+    # STREAM.MSG.DELETE of a missing sequence answers the generic 10057 "no message found".
+    (10057, "no message found", MsgNotFoundError),
 )
 
 
@@ -285,3 +434,20 @@ class PinIdMismatchError(JetStreamError):
 
 class MsgAlreadyAckedError(JetStreamError):
     """A terminal acknowledgement was already sent for this message."""
+
+
+# --- JetStream publishing (jscore.publish / jssync.publish) --------------------------------
+
+
+class NoStreamResponseError(JetStreamError, NoRespondersError):
+    """A JetStream publish found no stream listening on its subject (a 503 no-responders answer,
+    still there after the retries): no stream captures the subject, or its leader is being
+    elected. A definite failure: nothing was stored. Also a :class:`NoRespondersError`."""
+
+
+class TooManyStalledMsgsError(JetStreamError, TimeoutError):
+    """``publish_async`` waited ``timeout`` seconds for room in the full async-publish window;
+    the message was NOT sent. Also a :class:`TimeoutError`."""
+
+
+__all__ += ["NoStreamResponseError", "TooManyStalledMsgsError"]

@@ -3,15 +3,70 @@
     import jssync
     with jssync.connect("nats://127.0.0.1:4222") as nc:
         nc.publish("greet", b"hello")
+        js = nc.jetstream()
+        js.create_stream(name="ORDERS", subjects=["orders.>"])
 """
 
-from . import errors
 from jscore.headers import Headers
+from jscore.models import (
+    AccountInfo,
+    AckPolicy,
+    Compression,
+    ConsumerConfig,
+    ConsumerInfo,
+    DeliverPolicy,
+    DiscardPolicy,
+    PersistMode,
+    PriorityPolicy,
+    PubAck,
+    ReplayPolicy,
+    RetentionPolicy,
+    StorageType,
+    StoredMsg,
+    StreamConfig,
+    StreamInfo,
+    StreamState,
+)
 
-from . import events
+from . import errors, events
 from .client import Client, Subscription, connect
+from .consumer import Consumer
+from .jetstream import JetStream
 from .msg import Msg
+from .stream import Stream
 
 __version__ = "0.1.0"
 
-__all__ = ["connect", "Client", "Subscription", "Msg", "Headers", "errors", "events", "__version__"]
+__all__ = [
+    "connect",
+    "Client",
+    "Subscription",
+    "Msg",
+    "Headers",
+    "errors",
+    "events",
+    "__version__",
+    # JetStream
+    "JetStream",
+    "Stream",
+    "Consumer",
+    # models
+    "StreamConfig",
+    "StreamInfo",
+    "StreamState",
+    "ConsumerConfig",
+    "ConsumerInfo",
+    "PubAck",
+    "AccountInfo",
+    "StoredMsg",
+    # enums
+    "RetentionPolicy",
+    "DiscardPolicy",
+    "StorageType",
+    "Compression",
+    "PersistMode",
+    "AckPolicy",
+    "DeliverPolicy",
+    "ReplayPolicy",
+    "PriorityPolicy",
+]

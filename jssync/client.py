@@ -20,7 +20,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Final, Union
+from typing import TYPE_CHECKING, Any, Final, Union
 
 from jscore import events as ev
 from jscore.connection import ConnectOptions, Connection, State
@@ -36,6 +36,9 @@ from jscore.headers import HeadersInput
 from jscore.protocol import MsgReceived
 
 from .events import CallbackError, SlowConsumer
+
+if TYPE_CHECKING:
+    from .jetstream import JetStream
 from .msg import Msg
 
 __all__ = ["Client", "Subscription", "connect"]
@@ -262,6 +265,10 @@ class Client:
         self._conn = Connection(self.options, rng=rng or random.Random(os.urandom(16)))
         self._pending_limit = pending_msgs_limit
         self._on_event = on_event
+        # Internal observers of the same events (jssync.publish re-sends async publishes after a
+        # Reconnected). Called where the event is emitted, mostly the I/O thread: they must be
+        # quick, never block and never take the client lock.
+        self._listeners: list[EventCallback] = []
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
         self._room_waiters = 0
@@ -419,6 +426,14 @@ class Client:
     def last_error(self) -> BaseException | None:
         return self._close_error
 
+    def jetstream(
+        self, *, domain: str | None = None, api_prefix: str | None = None, timeout: float = 5.0
+    ) -> JetStream:
+        """A JetStream context on this connection (ADR-37)."""
+        from .jetstream import JetStream
+
+        return JetStream(self, domain=domain, api_prefix=api_prefix, timeout=timeout)
+
     def new_inbox(self) -> str:
         with self._lock:
             return self._conn.new_inbox()
@@ -565,6 +580,11 @@ class Client:
     # ------------------------------------------------------------------ events to the user
 
     def _emit(self, event: Any) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001 - an internal observer must not break the client
+                _log.exception("jssync: internal listener raised on %s", type(event).__name__)
         if self._events_q is not None:
             self._events_q.put(event)
 

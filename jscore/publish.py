@@ -1,0 +1,555 @@
+"""JetStream publishing, sans-IO: publish options as headers, and the async-publish window.
+
+Two parts, both pure (no I/O, no threads, no clock: ``now`` is passed in):
+
+* :func:`publish_headers` turns the publish options (``msg_id``, the ``expected_*`` conditions,
+  ``ttl``) into the ``Nats-*`` headers the server reads, validating every option first
+  (:class:`InvalidOptionError` before anything is sent).
+* :class:`PublishWindow` is the bookkeeping of asynchronous publishes: the entries in flight,
+  keyed by the reply token of their PubAck, with what is needed to send them again; their
+  outcomes (acked, duplicate, failed, unknown); the window accounting; the ack deadlines; the
+  no-responders retries; and what a lost connection means for each entry. After a reconnect the
+  entries that carry a ``Nats-Msg-Id`` are sent again (the stream deduplicates them inside its
+  duplicate window) and only those without one fail, as ambiguous (:class:`PubAckTimeoutError`).
+
+Connection generations: the transport numbers its connections (the count of reconnects so far).
+An entry records the generation its frame was written on (``gen``); a frame queued while
+disconnected belongs to the NEXT connection (the transport sends it after the handshake), so it
+is not in doubt when that connection comes up. An entry whose generation is older than the
+current connection was written to a connection that is gone: its PubAck may never come.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final, Generic, TypeVar
+
+import msgspec
+
+from .errors import (
+    DuplicateMsgIdInProcessError,
+    InvalidOptionError,
+    JetStreamError,
+    NoStreamResponseError,
+    PubAckTimeoutError,
+)
+from .headers import Headers, HeadersInput
+from .models import PubAck, decode_pub_ack
+
+__all__ = [
+    "MSG_ID",
+    "EXPECTED_STREAM",
+    "EXPECTED_LAST_SEQ",
+    "EXPECTED_LAST_SUBJECT_SEQ",
+    "EXPECTED_LAST_SUBJECT_SEQ_SUBJECT",
+    "EXPECTED_LAST_MSG_ID",
+    "TTL",
+    "PENDING",
+    "ACKED",
+    "DUPLICATE",
+    "FAILED",
+    "UNKNOWN",
+    "ttl_value",
+    "publish_headers",
+    "decode_ack",
+    "PendingPublish",
+    "PublishWindow",
+    "WindowStats",
+]
+
+MSG_ID: Final = "Nats-Msg-Id"
+EXPECTED_STREAM: Final = "Nats-Expected-Stream"
+EXPECTED_LAST_SEQ: Final = "Nats-Expected-Last-Sequence"
+EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_SUBJECT_SEQ_SUBJECT: Final = "Nats-Expected-Last-Subject-Sequence-Subject"
+EXPECTED_LAST_MSG_ID: Final = "Nats-Expected-Last-Msg-Id"
+TTL: Final = "Nats-TTL"
+
+_OPTION_HEADERS: Final = frozenset(
+    h.lower()
+    for h in (
+        MSG_ID,
+        EXPECTED_STREAM,
+        EXPECTED_LAST_SEQ,
+        EXPECTED_LAST_SUBJECT_SEQ,
+        EXPECTED_LAST_SUBJECT_SEQ_SUBJECT,
+        EXPECTED_LAST_MSG_ID,
+        TTL,
+    )
+)
+
+# Outcomes of an entry. Identity-compared constants (``entry.outcome is PENDING``).
+PENDING: Final = "pending"
+ACKED: Final = "acked"  # stored: a PubAck with duplicate=False
+DUPLICATE: Final = "duplicate"  # already stored: a PubAck with duplicate=True
+FAILED: Final = "failed"  # a definite failure: an API error (nothing stored) or no stream
+UNKNOWN: Final = "unknown"  # ambiguous: no PubAck came (timeout, connection lost, closed)
+
+_BAD_TEXT: Final = frozenset(chr(c) for c in range(0x20)) | {"\x7f"}
+_ack_decoder: Final = msgspec.json.Decoder(PubAck)
+
+
+def decode_ack(data: bytes) -> PubAck:
+    """:func:`jscore.models.decode_pub_ack` with a fast path for the common answer: a PubAck
+    body (no ``error``) decoded straight into :class:`PubAck`. Anything else goes through
+    ``decode_pub_ack``, which raises the typed error."""
+    if b'"error"' not in data:
+        try:
+            ack = _ack_decoder.decode(data)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            pass
+        else:
+            if ack.seq > 0 and ack.stream:
+                return ack
+    return decode_pub_ack(data)
+
+
+# ==================================================================================== options
+
+
+def _text_option(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidOptionError(f"{name} must be a str, got {type(value).__name__}")
+    if not value:
+        raise InvalidOptionError(f"{name} must not be empty")
+    if not _BAD_TEXT.isdisjoint(value):
+        raise InvalidOptionError(f"{name} {value[:64]!r} has a control character")
+    if value != value.strip(" \t"):
+        raise InvalidOptionError(f"{name} {value[:64]!r} has leading or trailing whitespace (the server trims it)")
+    return value
+
+
+def _seq_option(name: str, value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidOptionError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise InvalidOptionError(f"{name} must be >= 0, got {value}")
+    if value >= 1 << 64:
+        raise InvalidOptionError(f"{name} {value} does not fit in an unsigned 64-bit sequence")
+    return str(value)
+
+
+def ttl_value(ttl: object) -> str:
+    """The ``Nats-TTL`` header value for a per-message TTL.
+
+    ``ttl`` is in seconds (int, or a float holding a whole number) and at least 1, or the string
+    ``"never"`` (the message never expires, even on a stream with ``max_age``). nats-server reads
+    the header as integer seconds or a Go duration, truncates durations to whole seconds and
+    refuses anything under one second; so this sends integer seconds and refuses fractions
+    rather than let the server silently truncate them. The stream needs ``allow_msg_ttl``.
+    """
+    if isinstance(ttl, str):
+        if ttl.lower() == "never":
+            return "never"
+        raise InvalidOptionError(f"ttl must be a number of seconds or 'never', got {ttl[:32]!r}")
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise InvalidOptionError(f"ttl must be a number of seconds or 'never', got {type(ttl).__name__}")
+    if not math.isfinite(ttl) or ttl < 1:
+        raise InvalidOptionError(f"ttl must be at least 1 second, got {ttl!r}")
+    if ttl != int(ttl):
+        raise InvalidOptionError(f"ttl must be whole seconds (the server truncates fractions), got {ttl!r}")
+    return str(int(ttl))
+
+
+def publish_headers(
+    headers: HeadersInput | None,
+    *,
+    msg_id: str | None = None,
+    expected_stream: str | None = None,
+    expected_last_seq: int | None = None,
+    expected_last_subject_seq: int | None = None,
+    expected_last_subject_seq_subject: str | None = None,
+    expected_last_msg_id: str | None = None,
+    ttl: float | str | None = None,
+) -> tuple[HeadersInput | None, str | None]:
+    """Validate the publish options and merge them into the user's headers.
+
+    Returns ``(headers to send, msg id)``. The msg id is the ``msg_id`` option, or the
+    ``Nats-Msg-Id`` the user's headers carry, or None; it decides whether the publish may be
+    sent again safely. Without options the user's headers are returned unchanged. A header set
+    both by an option and in ``headers`` is refused (:class:`InvalidOptionError`): which one
+    should win is not obvious.
+    """
+    opts: list[tuple[str, str]] = []
+    if msg_id is not None:
+        opts.append((MSG_ID, _text_option("msg_id", msg_id)))
+    if expected_stream is not None:
+        opts.append((EXPECTED_STREAM, _text_option("expected_stream", expected_stream)))
+    if expected_last_seq is not None:
+        opts.append((EXPECTED_LAST_SEQ, _seq_option("expected_last_seq", expected_last_seq)))
+    if expected_last_subject_seq is not None:
+        opts.append((EXPECTED_LAST_SUBJECT_SEQ, _seq_option("expected_last_subject_seq", expected_last_subject_seq)))
+    if expected_last_subject_seq_subject is not None:
+        if expected_last_subject_seq is None:
+            raise InvalidOptionError("expected_last_subject_seq_subject needs expected_last_subject_seq")
+        subj = _text_option("expected_last_subject_seq_subject", expected_last_subject_seq_subject)
+        if " " in subj or "\t" in subj or any(not t for t in subj.split(".")):
+            raise InvalidOptionError(f"expected_last_subject_seq_subject {subj[:64]!r} is not a valid subject")
+        opts.append((EXPECTED_LAST_SUBJECT_SEQ_SUBJECT, subj))
+    if expected_last_msg_id is not None:
+        opts.append((EXPECTED_LAST_MSG_ID, _text_option("expected_last_msg_id", expected_last_msg_id)))
+    if ttl is not None:
+        opts.append((TTL, ttl_value(ttl)))
+    if headers is None:
+        return (opts or None), msg_id
+    if not opts:
+        return headers, _find_msg_id(Headers(headers))
+    user = Headers(headers)
+    for key, _ in user.items():
+        if key.lower() in _OPTION_HEADERS and any(key.lower() == k.lower() for k, _ in opts):
+            raise InvalidOptionError(f"header {key!r} is given both as an option and in headers")
+    merged = list(user.items())
+    merged.extend(opts)
+    return merged, msg_id if msg_id is not None else _find_msg_id(user)
+
+
+def _find_msg_id(headers: Headers) -> str | None:
+    value = headers.get(MSG_ID)
+    return value if value else None
+
+
+# ==================================================================================== window
+
+
+class PendingPublish:
+    """One asynchronous publish: what was sent, where its ack goes, and how it ended.
+
+    The transport may subclass it (jssync's ``PubAckFuture`` does) so that the entry IS the
+    future: one object per publish.
+    """
+
+    __slots__ = (
+        "subject",
+        "payload",
+        "headers",
+        "msg_id",
+        "token",
+        "gen",
+        "deadline",
+        "attempts",
+        "retry_at",
+        "sends",
+        "outcome",
+        "ack",
+        "error",
+    )
+
+    def __init__(self, subject: str, payload: bytes, headers: HeadersInput | None, msg_id: str | None) -> None:
+        self.subject = subject
+        self.payload = payload
+        self.headers = headers
+        self.msg_id = msg_id
+        self.token = ""
+        self.gen = 0
+        self.deadline = 0.0
+        self.attempts = 0  # no-responders / in-process retries used
+        self.retry_at = 0.0
+        self.sends = 1  # times the frame was handed to the transport
+        self.outcome: str = PENDING
+        self.ack: PubAck | None = None
+        self.error: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.subject!r} token={self.token} msg_id={self.msg_id!r} "
+            f"outcome={self.outcome}>"
+        )
+
+
+class WindowStats:
+    """Counters of a :class:`PublishWindow` (for tests, docs and monitoring)."""
+
+    __slots__ = ("sent", "acked", "duplicates", "failed", "unknown", "resent", "retried", "late", "removed")
+
+    def __init__(self) -> None:
+        self.sent = 0  # entries added
+        self.acked = 0
+        self.duplicates = 0
+        self.failed = 0  # definite failures (API errors, no stream)
+        self.unknown = 0  # ambiguous: timed out, lost with the connection, closed
+        self.resent = 0  # re-sent after a reconnect (had a msg id)
+        self.retried = 0  # re-sent after a no-responders / in-process answer
+        self.late = 0  # acks for tokens no longer pending (after a timeout, or a second copy)
+        self.removed = 0  # added, then never sent (the transport refused the frame)
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __repr__(self) -> str:
+        return f"WindowStats({self.as_dict()})"
+
+
+E = TypeVar("E", bound=PendingPublish)
+
+
+class PublishWindow(Generic[E]):
+    """The async-publish window: at most ``max_pending`` entries in flight.
+
+    The caller owns the clock and the transport. It calls :meth:`add` before writing an entry's
+    frame with the reply subject ``<its inbox prefix><entry.token>``, :meth:`receive_ack` for
+    every message on that inbox, :meth:`handle_timeout` at :meth:`next_deadline`, and
+    :meth:`connection_lost` / :meth:`reconnected` / :meth:`close` when the connection changes.
+    Methods that settle entries return them (outcome, ack, error set); methods that want frames
+    sent again return those entries, already re-armed, for the caller to write.
+
+    Invariant: ``pending`` is in deadline order (every entry gets ``now + ack_timeout`` when it
+    is (re)inserted, and a re-armed entry is re-inserted at the end), so expiry looks only at the
+    front. Entries waiting for a retry are in ``retrying``; both count against the window.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_pending: int = 4000,
+        ack_timeout: float = 5.0,
+        retry_attempts: int = 2,
+        retry_wait: float = 0.25,
+    ) -> None:
+        self.pending: dict[str, E] = {}
+        self.retrying: dict[str, E] = {}
+        self.max_pending = 1
+        self.resume_level = 0
+        self.ack_timeout = 1.0
+        self.retry_attempts = 0
+        self.retry_wait = 0.0
+        self.configure(
+            max_pending=max_pending, ack_timeout=ack_timeout, retry_attempts=retry_attempts, retry_wait=retry_wait
+        )
+        self.connected = True
+        self.gen = 0  # the connection generation last handled (see the module docstring)
+        self.stats = WindowStats()
+        self._next = 0
+
+    def configure(
+        self,
+        *,
+        max_pending: int | None = None,
+        ack_timeout: float | None = None,
+        retry_attempts: int | None = None,
+        retry_wait: float | None = None,
+    ) -> None:
+        """Change settings; entries already in flight keep their deadlines."""
+        if max_pending is not None:
+            if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+                raise InvalidOptionError(f"max_pending must be an int >= 1, got {max_pending!r}")
+            self.max_pending = max_pending
+            # A caller blocked on a full window is woken when the count falls to this level, not
+            # at the first free slot: waking a blocked thread for every single ack costs more
+            # than the ack itself. The window stays well filled (the server never runs dry).
+            self.resume_level = max(max_pending * 3 // 4, max_pending - 256, 0)
+        if ack_timeout is not None:
+            if not isinstance(ack_timeout, (int, float)) or not math.isfinite(ack_timeout) or ack_timeout <= 0:
+                raise InvalidOptionError(f"ack_timeout must be > 0 seconds, got {ack_timeout!r}")
+            self.ack_timeout = float(ack_timeout)
+        if retry_attempts is not None:
+            if isinstance(retry_attempts, bool) or not isinstance(retry_attempts, int) or retry_attempts < 0:
+                raise InvalidOptionError(f"retry_attempts must be an int >= 0, got {retry_attempts!r}")
+            self.retry_attempts = retry_attempts
+        if retry_wait is not None:
+            if not isinstance(retry_wait, (int, float)) or not math.isfinite(retry_wait) or retry_wait < 0:
+                raise InvalidOptionError(f"retry_wait must be >= 0 seconds, got {retry_wait!r}")
+            self.retry_wait = float(retry_wait)
+
+    # ------------------------------------------------------------------ accounting
+
+    def __len__(self) -> int:
+        """Entries in flight (sent and not settled, or waiting for a retry)."""
+        return len(self.pending) + len(self.retrying)
+
+    @property
+    def has_room(self) -> bool:
+        return len(self.pending) + len(self.retrying) < self.max_pending
+
+
+    def add(self, entry: E, now: float, gen: int) -> str:
+        """Take ``entry`` into the window; returns its reply token. The caller checks room
+        first (this never refuses: a resend must always fit)."""
+        self._next += 1
+        token = str(self._next)
+        entry.token = token
+        entry.gen = gen
+        entry.deadline = now + self.ack_timeout
+        self.pending[token] = entry
+        self.stats.sent += 1
+        return token
+
+    def remove(self, token: str) -> E | None:
+        """Forget an entry whose frame the transport refused (it was never sent)."""
+        entry = self.pending.pop(token, None) or self.retrying.pop(token, None)
+        if entry is not None:
+            self.stats.sent -= 1
+            self.stats.removed += 1
+        return entry
+
+    # ------------------------------------------------------------------ settling
+
+    def _settle(self, entry: PendingPublish, outcome: str, ack: PubAck | None, error: BaseException | None) -> None:
+        entry.outcome = outcome
+        entry.ack = ack
+        entry.error = error
+        st = self.stats
+        if outcome is ACKED:
+            st.acked += 1
+        elif outcome is DUPLICATE:
+            st.duplicates += 1
+        elif outcome is FAILED:
+            st.failed += 1
+        else:
+            st.unknown += 1
+
+    def receive_ack(self, token: str, data: bytes, status: int | None, now: float) -> E | None:
+        """A message arrived on the ack inbox for ``token``.
+
+        Returns the entry, settled, or still PENDING when a retry was scheduled (the caller
+        should make sure :meth:`handle_timeout` runs by ``retry_at``); None when the token is not
+        pending (a late ack after a timeout, or the second copy of a re-sent frame).
+        """
+        entry = self.pending.pop(token, None)
+        if entry is None:
+            self.stats.late += 1
+            return None
+        if status is None:
+            try:
+                ack = decode_ack(data)
+            except DuplicateMsgIdInProcessError as exc:
+                return self._retry_or_fail(entry, now, exc, UNKNOWN)
+            except JetStreamError as exc:
+                self._settle(entry, FAILED, None, exc)
+                return entry
+            self._settle(entry, DUPLICATE if ack.duplicate else ACKED, ack, None)
+            return entry
+        if status == 503:
+            # No stream listens on the subject (yet: a stream being created, a leader being
+            # elected). Nothing was stored, so retrying is always safe.
+            err = NoStreamResponseError(f"no stream answered the publish to {entry.subject!r} (503 no responders)")
+            return self._retry_or_fail(entry, now, err, FAILED)
+        self._settle(entry, FAILED, None, JetStreamError(f"unexpected status {status} in reply to a publish"))
+        return entry
+
+    def _retry_or_fail(self, entry: E, now: float, error: BaseException, outcome: str) -> E:
+        if entry.attempts < self.retry_attempts:
+            entry.attempts += 1
+            entry.retry_at = now + self.retry_wait
+            self.retrying[entry.token] = entry
+            return entry
+        self._settle(entry, outcome, None, error)
+        return entry
+
+    def fail(self, entry: E, error: BaseException) -> None:
+        """Settle an entry as ambiguous because re-sending it failed in the transport."""
+        self.pending.pop(entry.token, None)
+        self.retrying.pop(entry.token, None)
+        if entry.outcome is PENDING:
+            self._settle(entry, UNKNOWN, None, error)
+
+    # ------------------------------------------------------------------ time
+
+    def next_deadline(self) -> float | None:
+        """The earliest retry or ack deadline (ack deadlines only while connected). Pure."""
+        best: float | None = None
+        if self.connected and self.pending:
+            best = next(iter(self.pending.values())).deadline
+        for entry in self.retrying.values():
+            if best is None or entry.retry_at < best:
+                best = entry.retry_at
+        return best
+
+    def handle_timeout(self, now: float, gen: int | None = None) -> tuple[list[E], list[E]]:
+        """Returns ``(settled, resend)``: entries whose ack deadline passed (ambiguous,
+        :class:`PubAckTimeoutError`), and entries whose retry is due, already re-armed (with
+        generation ``gen``, the one their frame will be written on) for the caller to send.
+        While disconnected no ack deadline fires: a reconnect decides."""
+        settled: list[E] = []
+        resend: list[E] = []
+        if self.retrying:
+            for token, entry in list(self.retrying.items()):
+                if entry.retry_at <= now:
+                    del self.retrying[token]
+                    entry.deadline = now + self.ack_timeout
+                    entry.sends += 1
+                    if gen is not None:
+                        entry.gen = gen
+                    self.pending[token] = entry
+                    self.stats.retried += 1
+                    resend.append(entry)
+        if self.connected:
+            pending = self.pending
+            while pending:
+                token, entry = next(iter(pending.items()))
+                if entry.deadline > now:
+                    break
+                del pending[token]
+                self._settle(
+                    entry,
+                    UNKNOWN,
+                    None,
+                    PubAckTimeoutError(
+                        f"no PubAck for the publish to {entry.subject!r} within {self.ack_timeout} s: "
+                        "it may or may not be stored"
+                    ),
+                )
+                settled.append(entry)
+        return settled, resend
+
+    # ------------------------------------------------------------------ the connection
+
+    def connection_lost(self, gen: int) -> list[E]:
+        """The connection of generation ``gen`` is gone. Entries written to it without a msg id
+        are ambiguous now (their ack cannot arrive any more) and are settled; those with one wait
+        for the reconnect, which re-sends them. Ack deadlines stop until then."""
+        self.connected = False
+        settled: list[E] = []
+        for token, entry in list(self.pending.items()):
+            if entry.gen <= gen and entry.msg_id is None:
+                del self.pending[token]
+                self._settle(entry, UNKNOWN, None, _lost_error(entry))
+                settled.append(entry)
+        return settled
+
+    def reconnected(self, gen: int, now: float) -> tuple[list[E], list[E]]:
+        """Connection ``gen`` is up. Returns ``(settled, resend)``: entries written to an older
+        connection fail if they have no msg id, and are re-armed for the caller to send again if
+        they have one; every entry still in flight gets a fresh ack deadline."""
+        self.connected = True
+        self.gen = gen
+        settled: list[E] = []
+        resend: list[E] = []
+        deadline = now + self.ack_timeout
+        kept: dict[str, E] = {}
+        for token, entry in self.pending.items():
+            if entry.gen < gen:
+                if entry.msg_id is None:
+                    self._settle(entry, UNKNOWN, None, _lost_error(entry))
+                    settled.append(entry)
+                    continue
+                entry.gen = gen
+                entry.sends += 1
+                self.stats.resent += 1
+                resend.append(entry)
+            entry.deadline = deadline
+            kept[token] = entry
+        self.pending = kept
+        return settled, resend
+
+    def close(self, error: BaseException | None) -> list[E]:
+        """The connection is closed for good: every entry still in flight is ambiguous."""
+        settled: list[E] = []
+        for entries in (self.pending, self.retrying):
+            for entry in entries.values():
+                err = PubAckTimeoutError(
+                    f"the connection closed before the PubAck for {entry.subject!r} arrived: "
+                    "the message may or may not be stored"
+                )
+                if error is not None:
+                    err.__cause__ = error
+                self._settle(entry, UNKNOWN, None, err)
+                settled.append(entry)
+            entries.clear()
+        return settled
+
+
+def _lost_error(entry: PendingPublish) -> PubAckTimeoutError:
+    return PubAckTimeoutError(
+        f"the connection was lost before the PubAck for {entry.subject!r} arrived and the publish has "
+        "no msg id to re-send it safely: it may or may not be stored"
+    )

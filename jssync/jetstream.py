@@ -1,0 +1,385 @@
+"""The JetStream context (ADR-37): stream and consumer management, and publishing.
+
+``nc.jetstream()`` returns a :class:`JetStream`. Management requests go to
+``$JS.API.<...>`` (``$JS.<domain>.API.<...>`` with a domain, or a custom API prefix); the
+subjects and bodies are built (and every name validated) by :mod:`jscore.jsapi`. Publishing
+lives in :mod:`jssync.publish` and is reached through the same context.
+
+Every method takes ``timeout`` (seconds, default: the context's); a :class:`TimeoutError`
+subclass is raised when the server does not answer in time, a typed
+:class:`~jscore.errors.JetStreamAPIError` when it answers with an error.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+
+from jscore import jsapi
+from jscore.errors import (
+    InvalidOptionError,
+    JetStreamError,
+    JetStreamNotEnabledError,
+    NoRespondersError,
+    StreamNotFoundError,
+)
+from jscore.headers import HeadersInput
+from jscore.models import (
+    AccountInfo,
+    ConsumerConfig,
+    ConsumerInfo,
+    ConsumerListResponse,
+    ConsumerNamesResponse,
+    PubAck,
+    StreamConfig,
+    StreamInfo,
+    StreamListResponse,
+    StreamNamesResponse,
+    SuccessResponse,
+    decode_response,
+)
+
+from .consumer import Consumer
+from .stream import Stream
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .msg import Msg
+    from .publish import Publisher, PubAckFuture
+
+__all__ = ["JetStream", "DEFAULT_API_PREFIX"]
+
+DEFAULT_API_PREFIX = jsapi.DEFAULT_API_PREFIX
+
+T = TypeVar("T")
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def _ephemeral_name() -> str:
+    return secrets.token_urlsafe(16)  # 22 characters of A-Z a-z 0-9 - _
+
+
+def _merge_config(cls: type[S], config: S | None, fields: dict[str, Any], what: str) -> S:
+    """A config from a config object and/or keyword fields (fields override the object's)."""
+    if config is None:
+        try:
+            return cls(**fields)
+        except TypeError as exc:
+            if "name" in str(exc) and "Missing required" in str(exc):
+                raise InvalidOptionError(f"a {what} needs a name") from None
+            raise
+    if not isinstance(config, cls):
+        raise InvalidOptionError(f"config must be a {cls.__name__}, got {type(config).__name__}")
+    return msgspec.structs.replace(config, **fields) if fields else config
+
+
+class JetStream:
+    """A JetStream context bound to one client. Cheap to create; thread-safe."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        domain: str | None = None,
+        api_prefix: str | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        if timeout <= 0:
+            raise InvalidOptionError("timeout must be > 0")
+        prefix = jsapi.api_prefix(domain, api_prefix)
+        self._nc = client
+        self.domain = domain
+        self.api_prefix = prefix
+        self.timeout = timeout
+        self._subjects = jsapi.ApiSubjects(prefix)
+        self._publisher: Publisher | None = None
+
+    @property
+    def client(self) -> Client:
+        return self._nc
+
+    def __repr__(self) -> str:
+        return f"<JetStream api_prefix={self.api_prefix!r}>"
+
+    # ------------------------------------------------------------------ requests
+
+    def _request(self, subject: str, payload: bytes = b"", *, timeout: float | None = None) -> Msg:
+        """One JetStream API request on a full subject. A 503 no-responders answer means
+        JetStream is not enabled (or not reachable) for this account/domain/prefix."""
+        try:
+            return self._nc.request(subject, payload, timeout=timeout if timeout is not None else self.timeout)
+        except NoRespondersError as exc:
+            raise JetStreamNotEnabledError(
+                503,
+                0,
+                f"JetStream not available: no responders on {subject!r} "
+                "(JetStream not enabled, or wrong domain / api_prefix)",
+            ) from exc
+
+    def _api(self, suffix: str, payload: bytes = b"", *, timeout: float | None = None) -> bytes:
+        """One JetStream API request on ``<api_prefix><suffix>``; returns the raw reply body."""
+        return self._request(self.api_prefix + suffix, payload, timeout=timeout).data
+
+    def _call(self, subject: str, payload: bytes, type_: type[T], timeout: float | None) -> T:
+        """Request and decode the reply into ``type_``; an error body raises its typed error."""
+        return decode_response(self._request(subject, payload, timeout=timeout).data, type_)
+
+    # ------------------------------------------------------------------ account
+
+    def account_info(self, *, timeout: float | None = None) -> AccountInfo:
+        """Usage, limits and API statistics of this account (``$JS.API.INFO``)."""
+        return self._call(self._subjects.account_info(), b"", AccountInfo, timeout)
+
+    # ------------------------------------------------------------------ streams
+
+    def _upsert_stream(self, subject_of: Any, cfg: StreamConfig, timeout: float | None) -> Stream:
+        body = jsapi.stream_config_request(cfg)
+        info = self._call(subject_of(cfg.name), body, StreamInfo, timeout)
+        return Stream(self, info)
+
+    def create_stream(
+        self, config: StreamConfig | None = None, *, timeout: float | None = None, **fields: Any
+    ) -> Stream:
+        """Create a stream from a :class:`StreamConfig` and/or its fields as keywords.
+        Creating a stream that exists with the same config succeeds; with a different one it
+        raises :class:`StreamNameInUseError`."""
+        cfg = _merge_config(StreamConfig, config, fields, "stream config")
+        return self._upsert_stream(self._subjects.stream_create, cfg, timeout)
+
+    def update_stream(
+        self, config: StreamConfig | None = None, *, timeout: float | None = None, **fields: Any
+    ) -> Stream:
+        """Update an existing stream (:class:`StreamNotFoundError` if there is none). Send the
+        whole config: fields left unset take the server's defaults, not the current values."""
+        cfg = _merge_config(StreamConfig, config, fields, "stream config")
+        return self._upsert_stream(self._subjects.stream_update, cfg, timeout)
+
+    def create_or_update_stream(
+        self, config: StreamConfig | None = None, *, timeout: float | None = None, **fields: Any
+    ) -> Stream:
+        """Update the stream, or create it when it does not exist."""
+        cfg = _merge_config(StreamConfig, config, fields, "stream config")
+        try:
+            return self._upsert_stream(self._subjects.stream_update, cfg, timeout)
+        except StreamNotFoundError:
+            return self._upsert_stream(self._subjects.stream_create, cfg, timeout)
+
+    def stream_info(
+        self,
+        name: str,
+        *,
+        subjects_filter: str | None = None,
+        deleted_details: bool = False,
+        timeout: float | None = None,
+    ) -> StreamInfo:
+        """The info of one stream. ``subjects_filter`` (wildcards allowed) fills
+        ``state.subjects`` with the message count per subject (all pages);
+        ``deleted_details`` fills ``state.deleted``."""
+        subject = self._subjects.stream_info(name)
+        body = jsapi.stream_info_request(deleted_details=deleted_details, subjects_filter=subjects_filter)
+        if subjects_filter is None:
+            return self._call(subject, body, StreamInfo, timeout)
+        from jscore.models import StreamInfoResponse
+
+        info = self._call(subject, body, StreamInfoResponse, timeout)
+        subjects: dict[str, int] = dict(info.state.subjects or {})
+        while len(subjects) < info.total:
+            body = jsapi.stream_info_request(
+                deleted_details=deleted_details, subjects_filter=subjects_filter, offset=len(subjects)
+            )
+            page = self._call(subject, body, StreamInfoResponse, timeout)
+            new = page.state.subjects or {}
+            if not new or new.keys() <= subjects.keys():
+                break
+            subjects.update(new)
+            info = page
+        if subjects:
+            msgspec.structs.force_setattr(info.state, "subjects", subjects)
+        return info
+
+    def stream(self, name: str, *, timeout: float | None = None) -> Stream:
+        """A handle on an existing stream (its info is fetched: :class:`StreamNotFoundError`)."""
+        return Stream(self, self.stream_info(name, timeout=timeout))
+
+    def delete_stream(self, name: str, *, timeout: float | None = None) -> None:
+        """Delete a stream and its messages and consumers (:class:`StreamNotFoundError`)."""
+        r = self._call(self._subjects.stream_delete(name), b"", SuccessResponse, timeout)
+        if not r.success:
+            raise JetStreamError(f"stream {name!r} was not deleted")
+
+    def streams(self, subject: str | None = None, *, timeout: float | None = None) -> Iterator[StreamInfo]:
+        """Iterate over the info of every stream (only those capturing ``subject`` when given),
+        page by page (the server sends 256 per page)."""
+        list_subject = self._subjects.stream_list()
+        if subject is not None:
+            jsapi.check_filter_subject(subject, "subject")
+
+        def fetch(offset: int) -> tuple[int, list[StreamInfo]]:
+            page = self._call(list_subject, jsapi.page_request(offset, subject), StreamListResponse, timeout)
+            return page.total, page.streams or []
+
+        return jsapi.iter_pages(fetch)
+
+    def stream_names(self, subject: str | None = None, *, timeout: float | None = None) -> Iterator[str]:
+        """Iterate over the names of every stream (only those capturing ``subject`` when given)."""
+        names_subject = self._subjects.stream_names()
+        if subject is not None:
+            jsapi.check_filter_subject(subject, "subject")
+
+        def fetch(offset: int) -> tuple[int, list[str]]:
+            page = self._call(names_subject, jsapi.page_request(offset, subject), StreamNamesResponse, timeout)
+            return page.total, page.streams or []
+
+        return jsapi.iter_pages(fetch)
+
+    def stream_name_by_subject(self, subject: str, *, timeout: float | None = None) -> str:
+        """The name of the stream that captures ``subject`` (:class:`StreamNotFoundError`)."""
+        jsapi.check_filter_subject(subject, "subject")
+        page = self._call(self._subjects.stream_names(), jsapi.page_request(0, subject), StreamNamesResponse, timeout)
+        if not page.streams:
+            raise StreamNotFoundError(404, 10059, f"no stream captures subject {subject!r}")
+        return page.streams[0]
+
+    # ------------------------------------------------------------------ consumers
+
+    def _upsert_consumer(
+        self, stream: str, config: ConsumerConfig | None, fields: dict[str, Any], action: str, timeout: float | None
+    ) -> Consumer:
+        cfg = _merge_config(ConsumerConfig, config, fields, "consumer config")
+        subject, body, _ = jsapi.consumer_create_request(
+            self._subjects, stream, cfg, action, ephemeral_name=_ephemeral_name()
+        )
+        info = self._call(subject, body, ConsumerInfo, timeout)
+        return Consumer(self, info)
+
+    def create_consumer(
+        self, stream: str, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+    ) -> Consumer:
+        """Create a consumer (durable with ``durable_name`` or ``name``; ephemeral without,
+        with a random name). Creating an identical consumer again succeeds; a different one
+        under the same name raises :class:`ConsumerExistsError`. ``ack_policy`` defaults to
+        explicit."""
+        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_CREATE, timeout)
+
+    def update_consumer(
+        self, stream: str, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+    ) -> Consumer:
+        """Update an existing consumer (:class:`ConsumerDoesNotExistError`, a
+        :class:`ConsumerNotFoundError`, when there is none)."""
+        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_UPDATE, timeout)
+
+    def create_or_update_consumer(
+        self, stream: str, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+    ) -> Consumer:
+        """Create the consumer, or update it when it exists."""
+        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_CREATE_OR_UPDATE, timeout)
+
+    def consumer_info(self, stream: str, name: str, *, timeout: float | None = None) -> ConsumerInfo:
+        return self._call(self._subjects.consumer_info(stream, name), b"", ConsumerInfo, timeout)
+
+    def consumer(self, stream: str, name: str, *, timeout: float | None = None) -> Consumer:
+        """A handle on an existing consumer (:class:`ConsumerNotFoundError`,
+        :class:`StreamNotFoundError`)."""
+        return Consumer(self, self.consumer_info(stream, name, timeout=timeout))
+
+    def delete_consumer(self, stream: str, name: str, *, timeout: float | None = None) -> None:
+        r = self._call(self._subjects.consumer_delete(stream, name), b"", SuccessResponse, timeout)
+        if not r.success:
+            raise JetStreamError(f"consumer {name!r} of stream {stream!r} was not deleted")
+
+    def consumers(self, stream: str, *, timeout: float | None = None) -> Iterator[ConsumerInfo]:
+        """Iterate over the info of every consumer of ``stream``, page by page."""
+        subject = self._subjects.consumer_list(stream)
+
+        def fetch(offset: int) -> tuple[int, list[ConsumerInfo]]:
+            page = self._call(subject, jsapi.page_request(offset), ConsumerListResponse, timeout)
+            return page.total, page.consumers or []
+
+        return jsapi.iter_pages(fetch)
+
+    def consumer_names(self, stream: str, *, timeout: float | None = None) -> Iterator[str]:
+        """Iterate over the names of every consumer of ``stream``."""
+        subject = self._subjects.consumer_names(stream)
+
+        def fetch(offset: int) -> tuple[int, list[str]]:
+            page = self._call(subject, jsapi.page_request(offset), ConsumerNamesResponse, timeout)
+            return page.total, page.consumers or []
+
+        return jsapi.iter_pages(fetch)
+
+    def unpin_consumer(self, stream: str, name: str, group: str, *, timeout: float | None = None) -> None:
+        """Unpin the pinned client of priority ``group`` (ADR-42): the next pull gets the pin."""
+        body = jsapi.unpin_request(group)
+        self._call(self._subjects.consumer_unpin(stream, name), body, SuccessResponse, timeout)
+
+    # ------------------------------------------------------------------ publishing
+
+    def _pub(self) -> Publisher:
+        p = self._publisher
+        if p is None:
+            from .publish import Publisher
+
+            with self._nc._lock:  # one Publisher (one async window) per context, even when racing
+                p = self._publisher
+                if p is None:
+                    p = self._publisher = Publisher(self)
+                    # From now on js.publish_async IS the publisher's method (same signature): one
+                    # Python call less per message on the async hot path.
+                    self.publish_async = p.publish_async  # type: ignore[method-assign,assignment]
+        return p
+
+    def configure_publish(
+        self,
+        *,
+        max_pending: int | None = None,
+        ack_timeout: float | None = None,
+        retry_attempts: int | None = None,
+        retry_wait: float | None = None,
+        auto_msg_id: bool | None = None,
+    ) -> None:
+        """Publishing settings of this context (see :meth:`jssync.publish.Publisher.configure`):
+        ``max_pending`` async publishes in flight (4000), their ``ack_timeout`` (the context's
+        timeout), the no-responders ``retry_attempts`` (2) ``retry_wait`` (0.25 s) apart, and
+        ``auto_msg_id`` (a msg id for every async publish, so all are re-sent after a reconnect)."""
+        self._pub().configure(
+            max_pending=max_pending,
+            ack_timeout=ack_timeout,
+            retry_attempts=retry_attempts,
+            retry_wait=retry_wait,
+            auto_msg_id=auto_msg_id,
+        )
+
+    def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        *,
+        headers: HeadersInput | None = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> PubAck:
+        """Publish and wait for the PubAck (see :meth:`jssync.publish.Publisher.publish`)."""
+        return self._pub().publish(subject, payload, headers=headers, timeout=timeout, **options)
+
+    def publish_async(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        *,
+        headers: HeadersInput | None = None,
+        **options: Any,
+    ) -> PubAckFuture:
+        """Publish without waiting; the future resolves to the PubAck or raises."""
+        return self._pub().publish_async(subject, payload, headers=headers, **options)
+
+    @property
+    def publish_async_pending(self) -> int:
+        return 0 if self._publisher is None else self._publisher.pending
+
+    def publish_async_complete(self, timeout: float = 30.0) -> None:
+        """Wait until every async publish is acknowledged or failed."""
+        if self._publisher is not None:
+            self._publisher.complete(timeout)

@@ -1,0 +1,484 @@
+"""jscore.jsapi: API subjects (default, domain, custom prefix), name and subject validation
+(TESTPLAN "Stream/consumer/durable names", filters, group names), request bodies, paging, and
+the parsing of stored messages (STREAM.MSG.GET and direct get replies)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from jscore import errors, jsapi
+from jscore.headers import Headers
+from jscore.models import ConsumerConfig, MsgGetResponse, RawStoredMsg, StreamConfig, StreamSource, decode_response
+
+UTC = timezone.utc
+
+# =========================================================================== prefix and subjects
+
+
+def test_default_prefix() -> None:
+    assert jsapi.api_prefix() == "$JS.API."
+
+
+def test_domain_prefix() -> None:
+    assert jsapi.api_prefix(domain="hub") == "$JS.hub.API."
+
+
+@pytest.mark.parametrize(("given", "prefix"), [("$JS.acc.API", "$JS.acc.API."), ("imp.js.", "imp.js."), ("x", "x.")])
+def test_custom_api_prefix(given: str, prefix: str) -> None:
+    assert jsapi.api_prefix(api_prefix=given) == prefix
+
+
+@pytest.mark.parametrize("domain", ["", "a.b", "a b", "a*", "a>", "\t", "x\n"])
+def test_invalid_domains(domain: str) -> None:
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.api_prefix(domain=domain)
+
+
+@pytest.mark.parametrize("prefix", ["", ".", "..", "a b.", "a..b", "a.*.b"])
+def test_invalid_api_prefixes(prefix: str) -> None:
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.api_prefix(api_prefix=prefix)
+
+
+def test_domain_and_prefix_exclusive() -> None:
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.api_prefix(domain="d", api_prefix="p")
+
+
+@pytest.mark.parametrize("prefix", ["$JS.API.", "$JS.hub.API.", "imported.js."])
+def test_every_subject_uses_the_prefix(prefix: str) -> None:
+    s = jsapi.ApiSubjects(prefix)
+    assert s.account_info() == f"{prefix}INFO"
+    assert s.stream_create("S") == f"{prefix}STREAM.CREATE.S"
+    assert s.stream_update("S") == f"{prefix}STREAM.UPDATE.S"
+    assert s.stream_info("S") == f"{prefix}STREAM.INFO.S"
+    assert s.stream_delete("S") == f"{prefix}STREAM.DELETE.S"
+    assert s.stream_purge("S") == f"{prefix}STREAM.PURGE.S"
+    assert s.stream_names() == f"{prefix}STREAM.NAMES"
+    assert s.stream_list() == f"{prefix}STREAM.LIST"
+    assert s.msg_get("S") == f"{prefix}STREAM.MSG.GET.S"
+    assert s.msg_delete("S") == f"{prefix}STREAM.MSG.DELETE.S"
+    assert s.direct_get("S") == f"{prefix}DIRECT.GET.S"
+    assert s.direct_get("S", "a.b.c") == f"{prefix}DIRECT.GET.S.a.b.c"
+    assert s.consumer_create("S", "C") == f"{prefix}CONSUMER.CREATE.S.C"
+    assert s.consumer_create("S", "C", "x.y") == f"{prefix}CONSUMER.CREATE.S.C.x.y"
+    assert s.consumer_info("S", "C") == f"{prefix}CONSUMER.INFO.S.C"
+    assert s.consumer_delete("S", "C") == f"{prefix}CONSUMER.DELETE.S.C"
+    assert s.consumer_names("S") == f"{prefix}CONSUMER.NAMES.S"
+    assert s.consumer_list("S") == f"{prefix}CONSUMER.LIST.S"
+    assert s.consumer_unpin("S", "C") == f"{prefix}CONSUMER.UNPIN.S.C"
+
+
+# =========================================================================== names
+
+# TESTPLAN "Stream/consumer/durable names" (nats.go TestValidateStreamName/ConsumerName, ADR-6).
+BAD_NAMES = ["", "a.b", "a b", "a*", "a>", "a/b", "a\\b", "a\tb", "a\rb", "a\nb", "x" * 256, ".", "..",
+             "*", ">", "a\x00b", "a\x7fb", "a\u00a0b", "a\u2003b", "\ud800"]
+GOOD_NAMES = ["S", "ORDERS", "my-stream_1", "x" * 255, "é", "日本語", "a=b", "a+b", "KV_bucket", "a,b", "$X"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_bad_names_rejected(name: str) -> None:
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.check_stream_name(name)
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.check_consumer_name(name)
+    assert issubclass(errors.InvalidOptionError, ValueError)
+
+
+@pytest.mark.parametrize("name", GOOD_NAMES)
+def test_good_names_accepted(name: str) -> None:
+    assert jsapi.check_stream_name(name) == name
+    assert jsapi.check_consumer_name(name) == name
+
+
+def test_name_length_counts_utf8_bytes() -> None:
+    jsapi.check_stream_name("é" * 127)  # 254 bytes
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.check_stream_name("é" * 128)  # 256 bytes
+
+
+@pytest.mark.parametrize("name", [None, 1, b"S"])
+def test_non_str_names_rejected(name: object) -> None:
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.check_stream_name(name)
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_subject_builders_validate_names(name: str) -> None:
+    s = jsapi.ApiSubjects()
+    for build in (s.stream_create, s.stream_info, s.stream_delete, s.msg_get, s.direct_get, s.consumer_list):
+        with pytest.raises(errors.InvalidOptionError):
+            build(name)
+    with pytest.raises(errors.InvalidOptionError):
+        s.consumer_info("S", name)
+    with pytest.raises(errors.InvalidOptionError):
+        s.consumer_create("S", name)
+
+
+# nats.go jetstream TestValidateSubject, plus whitespace and injection attempts.
+BAD_FILTERS = ["", "test A", ">.", "test.>.A", "a..b", ".a", "a.", "a\tb", "a\r\nPUB x 1", " "]
+GOOD_FILTERS = ["a", "a.b", "a.*", "a.>", ">", "*.b.*", "ä.ö"]
+
+
+@pytest.mark.parametrize("subject", BAD_FILTERS)
+def test_bad_filters_rejected(subject: str) -> None:
+    with pytest.raises(errors.BadSubjectError):
+        jsapi.check_filter_subject(subject)
+
+
+@pytest.mark.parametrize("subject", GOOD_FILTERS)
+def test_good_filters_accepted(subject: str) -> None:
+    assert jsapi.check_filter_subject(subject) == subject
+
+
+# TESTPLAN group names: "", 17 chars, "a b", "a.b", "é".
+@pytest.mark.parametrize("group", ["", "x" * 17, "a b", "a.b", "é", "a*", None])
+def test_bad_group_names(group: object) -> None:
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.check_group_name(group)
+
+
+@pytest.mark.parametrize("group", ["g", "x" * 16, "A-z_0/9=", "jobs"])
+def test_good_group_names(group: str) -> None:
+    assert jsapi.check_group_name(group) == group
+
+
+def test_has_wildcard() -> None:
+    assert jsapi.has_wildcard("a.*") and jsapi.has_wildcard(">") and jsapi.has_wildcard("a.>")
+    assert not jsapi.has_wildcard("a.b") and not jsapi.has_wildcard("a*b.c>")
+
+
+# =========================================================================== stream requests
+
+
+def test_stream_config_request_validates_before_encoding() -> None:
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.stream_config_request(StreamConfig(name="a.b"))
+    with pytest.raises(errors.BadSubjectError):
+        jsapi.stream_config_request(StreamConfig(name="S", subjects=["ok", "a b"]))
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.stream_config_request(StreamConfig(name="S", sources=[StreamSource(name="x.y")]))
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.stream_config_request("S")  # type: ignore[arg-type]
+
+
+def test_stream_info_request() -> None:
+    assert jsapi.stream_info_request() == b""
+    assert jsapi.stream_info_request(deleted_details=True) == b'{"deleted_details":true}'
+    assert jsapi.stream_info_request(subjects_filter="a.>", offset=5) == b'{"subjects_filter":"a.>","offset":5}'
+    with pytest.raises(errors.BadSubjectError):
+        jsapi.stream_info_request(subjects_filter="a b")
+
+
+def test_purge_request() -> None:
+    assert jsapi.purge_request() == b""
+    assert jsapi.purge_request(subject="a.*") == b'{"filter":"a.*"}'
+    assert jsapi.purge_request(seq=10) == b'{"seq":10}'
+    assert jsapi.purge_request(keep=0) == b'{"keep":0}'
+    assert jsapi.purge_request(subject="a.b", keep=3) == b'{"filter":"a.b","keep":3}'
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.purge_request(seq=1, keep=1)
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.purge_request(keep=-1)
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.purge_request(seq=0)
+    with pytest.raises(errors.BadSubjectError):
+        jsapi.purge_request(subject="")
+
+
+def test_msg_get_request() -> None:
+    assert jsapi.msg_get_request(5) == b'{"seq":5}'
+    assert jsapi.msg_get_request(last_by_subject="a.b") == b'{"last_by_subj":"a.b"}'
+    assert jsapi.msg_get_request(next_by_subject="a.*") == b'{"next_by_subj":"a.*"}'
+    assert jsapi.msg_get_request(3, next_by_subject="a.b") == b'{"seq":3,"next_by_subj":"a.b"}'
+    for kwargs in ({}, {"seq": 0}, {"seq": -1}, {"seq": True}, {"seq": 1, "last_by_subject": "a"},
+                   {"last_by_subject": "a", "next_by_subject": "b"}):
+        with pytest.raises(errors.InvalidOptionError):
+            jsapi.msg_get_request(**kwargs)
+
+
+def test_direct_get_request_forms() -> None:
+    s = jsapi.ApiSubjects("$JS.hub.API.")
+    assert jsapi.direct_get_request(s, "KV", 7) == ("$JS.hub.API.DIRECT.GET.KV", b'{"seq":7}')
+    # ADR-31 subject-appended form for a literal subject: empty body.
+    assert jsapi.direct_get_request(s, "KV", last_by_subject="$KV.b.k1") == ("$JS.hub.API.DIRECT.GET.KV.$KV.b.k1", b"")
+    # A wildcard cannot go into a subject we publish to: it stays in the body.
+    assert jsapi.direct_get_request(s, "KV", last_by_subject="a.*") == (
+        "$JS.hub.API.DIRECT.GET.KV",
+        b'{"last_by_subj":"a.*"}',
+    )
+    assert jsapi.direct_get_request(s, "KV", 1, next_by_subject="k.2") == (
+        "$JS.hub.API.DIRECT.GET.KV",
+        b'{"seq":1,"next_by_subj":"k.2"}',
+    )
+    t = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    assert jsapi.direct_get_request(s, "KV", start_time=t) == (
+        "$JS.hub.API.DIRECT.GET.KV",
+        b'{"start_time":"2026-01-02T03:04:05.000006Z"}',
+    )
+    assert jsapi.direct_get_request(s, "KV", start_time=t, next_by_subject="a")[1] == (
+        b'{"next_by_subj":"a","start_time":"2026-01-02T03:04:05.000006Z"}'
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"seq": 1, "start_time": datetime(2026, 1, 1, tzinfo=UTC)},
+        {"seq": 1, "last_by_subject": "a"},
+        {"last_by_subject": "a", "next_by_subject": "b"},
+        {"last_by_subject": "a", "start_time": datetime(2026, 1, 1, tzinfo=UTC)},
+        {"seq": 0},
+        {"start_time": datetime(2026, 1, 1)},  # naive
+    ],
+)
+def test_direct_get_request_invalid(kwargs: dict[str, object]) -> None:
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.direct_get_request(jsapi.ApiSubjects(), "S", **kwargs)  # type: ignore[arg-type]
+
+
+def test_direct_get_request_bad_subject() -> None:
+    with pytest.raises(errors.BadSubjectError):
+        jsapi.direct_get_request(jsapi.ApiSubjects(), "S", last_by_subject="a b")
+
+
+def test_msg_delete_request() -> None:
+    assert jsapi.msg_delete_request(2) == b'{"seq":2,"no_erase":true}'
+    assert jsapi.msg_delete_request(2, erase=True) == b'{"seq":2}'
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.msg_delete_request(0)
+
+
+def test_page_and_unpin_requests() -> None:
+    assert jsapi.page_request(0) == b'{"offset":0}'
+    assert jsapi.page_request(256, "orders.*") == b'{"offset":256,"subject":"orders.*"}'
+    assert jsapi.unpin_request("jobs") == b'{"group":"jobs"}'
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.unpin_request("a.b")
+
+
+# =========================================================================== consumer create
+
+
+def _create(cfg: ConsumerConfig, action: str = jsapi.ACTION_CREATE, **kw: str) -> tuple[str, bytes, str]:
+    return jsapi.consumer_create_request(jsapi.ApiSubjects(), "S", cfg, action, **kw)
+
+
+def test_consumer_create_name_from_durable_or_name() -> None:
+    assert _create(ConsumerConfig(durable_name="D"))[0] == "$JS.API.CONSUMER.CREATE.S.D"
+    assert _create(ConsumerConfig(name="N"))[0] == "$JS.API.CONSUMER.CREATE.S.N"
+    assert _create(ConsumerConfig(name="N", durable_name="N"))[2] == "N"
+    with pytest.raises(errors.InvalidOptionError):
+        _create(ConsumerConfig(name="N", durable_name="D"))
+
+
+def test_consumer_create_filter_in_subject_only_when_single_and_literal() -> None:
+    assert _create(ConsumerConfig(name="C", filter_subject="orders.new"))[0] == (
+        "$JS.API.CONSUMER.CREATE.S.C.orders.new"
+    )
+    assert _create(ConsumerConfig(name="C", filter_subject="orders.*"))[0] == "$JS.API.CONSUMER.CREATE.S.C"
+    assert _create(ConsumerConfig(name="C", filter_subject=">"))[0] == "$JS.API.CONSUMER.CREATE.S.C"
+    assert _create(ConsumerConfig(name="C", filter_subjects=["a", "b"]))[0] == "$JS.API.CONSUMER.CREATE.S.C"
+
+
+def test_consumer_create_actions() -> None:
+    assert _create(ConsumerConfig(name="C"), jsapi.ACTION_UPDATE)[1].endswith(b'"action":"update"}')
+    assert _create(ConsumerConfig(name="C"), jsapi.ACTION_CREATE_OR_UPDATE)[1].endswith(b'"action":""}')
+    with pytest.raises(errors.InvalidOptionError):
+        _create(ConsumerConfig(name="C"), "upsert")
+
+
+def test_consumer_create_ephemeral() -> None:
+    subject, body, name = _create(ConsumerConfig(), ephemeral_name="eph")
+    assert (subject, name) == ("$JS.API.CONSUMER.CREATE.S.eph", "eph")
+    with pytest.raises(errors.InvalidOptionError):
+        _create(ConsumerConfig(), jsapi.ACTION_UPDATE, ephemeral_name="eph")  # update needs a name
+    with pytest.raises(errors.InvalidOptionError):
+        _create(ConsumerConfig())  # no generated name given
+
+
+def test_consumer_create_keeps_given_ack_policy() -> None:
+    from jscore.models import AckPolicy
+
+    body = _create(ConsumerConfig(name="C", ack_policy=AckPolicy.NONE))[1]
+    assert b'"ack_policy":"none"' in body
+
+
+@pytest.mark.parametrize(
+    ("cfg", "exc"),
+    [
+        (ConsumerConfig(durable_name="a.b"), errors.InvalidOptionError),
+        (ConsumerConfig(name="a b"), errors.InvalidOptionError),
+        (ConsumerConfig(name="C", filter_subject="a b"), errors.BadSubjectError),
+        (ConsumerConfig(name="C", filter_subjects=["a", ">.x"]), errors.BadSubjectError),
+        (ConsumerConfig(name="C", priority_groups=["x" * 17]), errors.InvalidOptionError),
+        (ConsumerConfig(name="C", deliver_subject="a.*"), errors.BadSubjectError),
+    ],
+)
+def test_consumer_create_validates(cfg: ConsumerConfig, exc: type[Exception]) -> None:
+    with pytest.raises(exc):
+        _create(cfg)
+
+
+def test_consumer_create_validates_stream_name() -> None:
+    with pytest.raises(errors.InvalidOptionError):
+        jsapi.consumer_create_request(jsapi.ApiSubjects(), "a.b", ConsumerConfig(name="C"), jsapi.ACTION_CREATE)
+
+
+def test_consumer_create_with_domain() -> None:
+    subject, _, _ = jsapi.consumer_create_request(
+        jsapi.ApiSubjects(jsapi.api_prefix(domain="leaf")), "S", ConsumerConfig(name="C"), jsapi.ACTION_CREATE
+    )
+    assert subject == "$JS.leaf.API.CONSUMER.CREATE.S.C"
+
+
+# =========================================================================== paging
+
+
+class _Pages:
+    """A fake server listing ``n`` items ``limit`` per page, recording the offsets asked."""
+
+    def __init__(self, n: int, limit: int) -> None:
+        self.items = [f"s{i}" for i in range(n)]
+        self.limit = limit
+        self.offsets: list[int] = []
+
+    def fetch(self, offset: int) -> tuple[int, Sequence[str]]:
+        self.offsets.append(offset)
+        return len(self.items), self.items[offset : offset + self.limit]
+
+
+@pytest.mark.parametrize(
+    ("n", "limit", "offsets"),
+    [(0, 256, [0]), (1, 256, [0]), (256, 256, [0]), (257, 256, [0, 256]), (600, 256, [0, 256, 512]),
+     (1025, 1024, [0, 1024])],
+)
+def test_iter_pages(n: int, limit: int, offsets: list[int]) -> None:
+    pages = _Pages(n, limit)
+    assert list(jsapi.iter_pages(pages.fetch)) == pages.items
+    assert pages.offsets == offsets
+
+
+def test_iter_pages_is_lazy() -> None:
+    pages = _Pages(600, 256)
+    it = jsapi.iter_pages(pages.fetch)
+    assert pages.offsets == []
+    assert next(it) == "s0"
+    assert pages.offsets == [0]
+
+
+def test_iter_pages_stops_when_listing_shrinks() -> None:
+    calls: list[int] = []
+
+    def fetch(offset: int) -> tuple[int, Sequence[str]]:
+        calls.append(offset)
+        return (500, ["a", "b"]) if offset == 0 else (500, [])  # total claims more, page is empty
+
+    assert list(jsapi.iter_pages(fetch)) == ["a", "b"]
+    assert calls == [0, 2]
+
+
+# =========================================================================== stored messages
+
+
+def test_stored_msg_from_msg_get_response() -> None:
+    hdrs = base64.b64encode(b"NATS/1.0\r\nA: 1\r\nA: 2\r\n\r\n").decode()
+    body = (
+        '{"type":"io.nats.jetstream.api.v1.stream_msg_get_response","message":{"subject":"a.x","seq":3,'
+        f'"hdrs":"{hdrs}","data":"aGk=","time":"2026-11-22T01:44:53.258953365Z"}}}}'
+    ).encode()
+    r = decode_response(body, MsgGetResponse)
+    msg = jsapi.stored_msg_from_get(r.message, "S")
+    assert (msg.subject, msg.seq, msg.data, msg.stream) == ("a.x", 3, b"hi", "S")
+    assert msg.headers is not None and msg.headers.get_all("A") == ["1", "2"]
+    assert msg.time == datetime(2026, 11, 22, 1, 44, 53, 258953, tzinfo=UTC)
+
+
+def test_stored_msg_from_get_without_headers_or_data() -> None:
+    msg = jsapi.stored_msg_from_get(RawStoredMsg(subject="a", seq=1), "S")
+    assert msg.headers is None and msg.data == b""
+
+
+def test_stored_msg_from_get_bad_headers() -> None:
+    with pytest.raises(errors.JetStreamError):
+        jsapi.stored_msg_from_get(RawStoredMsg(subject="a", seq=1, hdrs=b"garbage"), "S")
+
+
+def _direct_headers(**extra: str) -> Headers:
+    h = Headers(
+        [
+            ("Nats-Stream", "KV"),
+            ("Nats-Subject", "$KV.b.k"),
+            ("Nats-Sequence", "12"),
+            ("Nats-Time-Stamp", "2026-11-22T01:44:53.269610481Z"),
+        ]
+    )
+    for k, v in extra.items():
+        h.add(k, v)
+    return h
+
+
+def test_stored_msg_from_direct_reply() -> None:
+    msg = jsapi.stored_msg_from_direct(_direct_headers(Own="x"), b"value", None, None)
+    assert (msg.stream, msg.subject, msg.seq, msg.data) == ("KV", "$KV.b.k", 12, b"value")
+    assert msg.time == datetime(2026, 11, 22, 1, 44, 53, 269610, tzinfo=UTC)
+    assert msg.headers == Headers([("Own", "x")])  # the server's Nats-* headers are not the message's
+
+
+def test_stored_msg_from_direct_reply_without_own_headers() -> None:
+    assert jsapi.stored_msg_from_direct(_direct_headers(), b"", None, None).headers is None
+
+
+def test_direct_reply_statuses() -> None:
+    with pytest.raises(errors.MsgNotFoundError) as nf:
+        jsapi.stored_msg_from_direct(None, b"", 404, "Message Not Found")
+    assert (nf.value.code, nf.value.err_code) == (404, 10037)
+    with pytest.raises(errors.BadRequestError):
+        jsapi.stored_msg_from_direct(None, b"", 408, "Bad Request")
+    with pytest.raises(errors.JetStreamAPIError) as other:
+        jsapi.stored_msg_from_direct(None, b"", 413, "Too Many Subjects")
+    assert other.value.code == 413
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [None, Headers([("Nats-Stream", "KV")]), Headers([("Nats-Stream", "KV"), ("Nats-Subject", "a"),
+                                                       ("Nats-Sequence", "x"), ("Nats-Time-Stamp", "2026-01-01T00:00:00Z")])],
+)
+def test_direct_reply_malformed(headers: Headers | None) -> None:
+    with pytest.raises(errors.JetStreamError):
+        jsapi.stored_msg_from_direct(headers, b"", None, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-11-22T01:44:53.269610481Z", datetime(2026, 11, 22, 1, 44, 53, 269610, tzinfo=UTC)),
+        ("2026-11-22T01:44:53.2696105Z", datetime(2026, 11, 22, 1, 44, 53, 269611, tzinfo=UTC)),
+        ("2026-11-22T01:44:53Z", datetime(2026, 11, 22, 1, 44, 53, tzinfo=UTC)),
+        ("2022-08-06 00:29:27.587861324 +0000 UTC", datetime(2022, 8, 6, 0, 29, 27, 587861, tzinfo=UTC)),
+        ("2026-11-22T03:44:53.5+02:00", datetime(2026, 11, 22, 1, 44, 53, 500000, tzinfo=UTC)),
+        ("2026-11-22 01:44:53.999999999 -0130 -0130", datetime(2026, 11, 22, 3, 14, 54, tzinfo=UTC)),
+    ],
+)
+def test_parse_nats_time(text: str, expected: datetime) -> None:
+    got = jsapi.parse_nats_time(text)
+    assert got == expected
+    assert got.utcoffset() is not None
+
+
+@pytest.mark.parametrize("text", ["", "yesterday", "2026-13-01T00:00:00Z", "2026-11-22T01:44Z", "2026-11-22T01:44:53.Z"])
+def test_parse_nats_time_invalid(text: str) -> None:
+    with pytest.raises(errors.JetStreamError):
+        jsapi.parse_nats_time(text)
+
+
+def test_utc_offset_zero_is_utc() -> None:
+    assert jsapi.parse_nats_time("2026-01-01T00:00:00+00:00").tzinfo is UTC
+    assert jsapi.parse_nats_time("2026-01-01T00:00:00-05:00").utcoffset() == -timedelta(hours=5)
