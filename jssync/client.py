@@ -36,10 +36,10 @@ from jscore.headers import HeadersInput
 from jscore.protocol import MsgReceived
 
 from .events import CallbackError, SlowConsumer
+from .msg import Msg
 
 if TYPE_CHECKING:
     from .jetstream import JetStream
-from .msg import Msg
 
 __all__ = ["Client", "Subscription", "connect"]
 
