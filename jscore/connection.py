@@ -471,6 +471,18 @@ class Connection:
                     return
         self._publish_checked(subject, payload, reply, headers)
 
+    def publish_frame(self, frame: bytes, payload_len: int) -> bool:
+        """The transport's hot path: queue a ``PUB`` frame the caller built from a subject that
+        :func:`check_publish_subject` validated before (its cache hit) and a bytes payload.
+        Returns False, queueing nothing, when not connected or too large: then use
+        :meth:`publish`, which validates, buffers or raises."""
+        if self.state is _CONNECTED and payload_len <= self.max_payload:
+            self._out.append(frame)
+            self.out_bytes += len(frame)
+            self.msgs_out += 1
+            return True
+        return False
+
     def _publish_checked(
         self,
         subject: str,
