@@ -21,7 +21,9 @@ current connection was written to a connection that is gone: its PubAck may neve
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable
 from typing import Final, Generic, TypeVar
 
 import msgspec
@@ -215,24 +217,16 @@ class PendingPublish:
     """One asynchronous publish: what was sent, where its ack goes, and how it ended.
 
     The transport may subclass it (jssync's ``PubAckFuture`` does) so that the entry IS the
-    future: one object per publish.
+    future: one object per publish. ``token``, ``gen`` and ``deadline`` are set by
+    :meth:`PublishWindow.add`. The retry bookkeeping (``attempts``, ``retry_at``, ``sends``) is
+    rarely touched: class defaults, stored per entry only once it changes.
     """
 
-    __slots__ = (
-        "subject",
-        "payload",
-        "headers",
-        "msg_id",
-        "token",
-        "gen",
-        "deadline",
-        "attempts",
-        "retry_at",
-        "sends",
-        "outcome",
-        "ack",
-        "error",
-    )
+    __slots__ = ("subject", "payload", "headers", "msg_id", "token", "gen", "deadline", "outcome", "ack", "error", "__dict__")
+
+    attempts: int = 0  # no-responders / in-process retries used
+    retry_at: float = 0.0
+    sends: int = 1  # times the frame was handed to the transport
 
     def __init__(self, subject: str, payload: bytes, headers: HeadersInput | None, msg_id: str | None) -> None:
         self.subject = subject
@@ -242,9 +236,6 @@ class PendingPublish:
         self.token = ""
         self.gen = 0
         self.deadline = 0.0
-        self.attempts = 0  # no-responders / in-process retries used
-        self.retry_at = 0.0
-        self.sends = 1  # times the frame was handed to the transport
         self.outcome: str = PENDING
         self.ack: PubAck | None = None
         self.error: BaseException | None = None
@@ -256,27 +247,18 @@ class PendingPublish:
         )
 
 
-class WindowStats:
-    """Counters of a :class:`PublishWindow` (for tests, docs and monitoring)."""
+class WindowStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters of a :class:`PublishWindow` (a snapshot; for tests, docs and monitoring)."""
 
-    __slots__ = ("sent", "acked", "duplicates", "failed", "unknown", "resent", "retried", "late", "removed")
-
-    def __init__(self) -> None:
-        self.sent = 0  # entries added
-        self.acked = 0
-        self.duplicates = 0
-        self.failed = 0  # definite failures (API errors, no stream)
-        self.unknown = 0  # ambiguous: timed out, lost with the connection, closed
-        self.resent = 0  # re-sent after a reconnect (had a msg id)
-        self.retried = 0  # re-sent after a no-responders / in-process answer
-        self.late = 0  # acks for tokens no longer pending (after a timeout, or a second copy)
-        self.removed = 0  # added, then never sent (the transport refused the frame)
-
-    def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in self.__slots__}
-
-    def __repr__(self) -> str:
-        return f"WindowStats({self.as_dict()})"
+    sent: int  # entries taken into the window (and not removed)
+    acked: int
+    duplicates: int
+    failed: int  # definite failures (API errors, no stream)
+    unknown: int  # ambiguous: timed out, lost with the connection, closed
+    resent: int  # re-sent after a reconnect (had a msg id)
+    retried: int  # re-sent after a no-responders / in-process answer
+    late: int  # acks for tokens no longer pending (after a timeout, or a second copy)
+    removed: int  # taken, then never sent (the transport refused the frame)
 
 
 E = TypeVar("E", bound=PendingPublish)
@@ -317,8 +299,12 @@ class PublishWindow(Generic[E]):
         )
         self.connected = True
         self.gen = 0  # the connection generation last handled (see the module docstring)
-        self.stats = WindowStats()
-        self._next = 0
+        self._tokens = map(str, itertools.count(1))
+        # A fresh reply token, for a caller that builds its frame before :meth:`add` (a bound
+        # C method: no Python frame on the hot path).
+        self.next_token: Callable[[], str] = self._tokens.__next__
+        self._acked = self._duplicates = self._failed = self._unknown = 0
+        self._resent = self._retried = self._late = self._removed = 0
 
     def configure(
         self,
@@ -360,25 +346,38 @@ class PublishWindow(Generic[E]):
     def has_room(self) -> bool:
         return len(self.pending) + len(self.retrying) < self.max_pending
 
+    @property
+    def stats(self) -> WindowStats:
+        done = self._acked + self._duplicates + self._failed + self._unknown
+        return WindowStats(
+            sent=done + len(self),
+            acked=self._acked,
+            duplicates=self._duplicates,
+            failed=self._failed,
+            unknown=self._unknown,
+            resent=self._resent,
+            retried=self._retried,
+            late=self._late,
+            removed=self._removed,
+        )
 
-    def add(self, entry: E, now: float, gen: int) -> str:
-        """Take ``entry`` into the window; returns its reply token. The caller checks room
-        first (this never refuses: a resend must always fit)."""
-        self._next += 1
-        token = str(self._next)
+    def add(self, entry: E, now: float, gen: int, token: str | None = None) -> str:
+        """Take ``entry`` into the window; returns its reply token (``token`` if given, from
+        :meth:`next_token`). The caller checks room first (this never refuses). Runs once per
+        publish: kept lean."""
+        if token is None:
+            token = next(self._tokens)
         entry.token = token
         entry.gen = gen
         entry.deadline = now + self.ack_timeout
         self.pending[token] = entry
-        self.stats.sent += 1
         return token
 
     def remove(self, token: str) -> E | None:
         """Forget an entry whose frame the transport refused (it was never sent)."""
         entry = self.pending.pop(token, None) or self.retrying.pop(token, None)
         if entry is not None:
-            self.stats.sent -= 1
-            self.stats.removed += 1
+            self._removed += 1
         return entry
 
     # ------------------------------------------------------------------ settling
@@ -387,15 +386,14 @@ class PublishWindow(Generic[E]):
         entry.outcome = outcome
         entry.ack = ack
         entry.error = error
-        st = self.stats
         if outcome is ACKED:
-            st.acked += 1
+            self._acked += 1
         elif outcome is DUPLICATE:
-            st.duplicates += 1
+            self._duplicates += 1
         elif outcome is FAILED:
-            st.failed += 1
+            self._failed += 1
         else:
-            st.unknown += 1
+            self._unknown += 1
 
     def receive_ack(self, token: str, data: bytes, status: int | None, now: float) -> E | None:
         """A message arrived on the ack inbox for ``token``.
@@ -406,11 +404,26 @@ class PublishWindow(Generic[E]):
         """
         entry = self.pending.pop(token, None)
         if entry is None:
-            self.stats.late += 1
+            self._late += 1
             return None
         if status is None:
+            if b'"error"' not in data:  # the common case, inlined: once per publish
+                try:
+                    ack = _ack_decoder.decode(data)
+                except (msgspec.DecodeError, UnicodeDecodeError):
+                    pass
+                else:
+                    if ack.seq > 0 and ack.stream:
+                        entry.ack = ack
+                        if ack.duplicate:
+                            entry.outcome = DUPLICATE
+                            self._duplicates += 1
+                        else:
+                            entry.outcome = ACKED
+                            self._acked += 1
+                        return entry
             try:
-                ack = decode_ack(data)
+                ack = decode_pub_ack(data)
             except DuplicateMsgIdInProcessError as exc:
                 return self._retry_or_fail(entry, now, exc, UNKNOWN)
             except JetStreamError as exc:
@@ -470,7 +483,7 @@ class PublishWindow(Generic[E]):
                     if gen is not None:
                         entry.gen = gen
                     self.pending[token] = entry
-                    self.stats.retried += 1
+                    self._retried += 1
                     resend.append(entry)
         if self.connected:
             pending = self.pending
@@ -524,7 +537,7 @@ class PublishWindow(Generic[E]):
                     continue
                 entry.gen = gen
                 entry.sends += 1
-                self.stats.resent += 1
+                self._resent += 1
                 resend.append(entry)
             entry.deadline = deadline
             kept[token] = entry

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from jscore.models import StreamInfo
 from jssync.client import Client
 
 
@@ -27,12 +28,19 @@ def api(nc: Client, subject: str, body: dict[str, Any] | None = None, timeout: f
     return reply
 
 
-def create_stream(nc: Client, name: str, **config: Any) -> dict[str, Any]:
-    """Create a stream (file storage unless said otherwise); durations in config are nanoseconds."""
-    body = {"name": name, "storage": "file", "num_replicas": 1, **config}
-    reply = api(nc, f"$JS.API.STREAM.CREATE.{name}", body)
-    assert "error" not in reply, reply
-    return reply
+_DURATIONS = frozenset({"duplicate_window", "max_age", "subject_delete_marker_ttl"})
+
+
+def create_stream(nc: Client, name: str, **config: Any) -> StreamInfo:
+    """Create a stream through ``js.create_stream`` (file storage, one replica unless said
+    otherwise). Durations are given in nanoseconds, as on the wire, and converted."""
+    fields = {"storage": "file", "num_replicas": 1, **config}
+    for key in _DURATIONS & fields.keys():
+        fields[key] = fields[key] / 1e9
+    stream = nc.jetstream().create_stream(name=name, **fields)
+    info = stream.cached_info
+    assert info is not None
+    return info
 
 
 def delete_stream(nc: Client, name: str) -> None:
@@ -96,27 +104,38 @@ def wait_until(cond: Callable[[], bool], timeout: float = 10.0, interval: float 
     return cond()
 
 
-class RequestCounter:
-    """Counts the requests a client sends to subjects starting with ``prefix`` (wraps
-    ``nc.request`` on the instance)."""
+class PublishCounter:
+    """Counts the messages a client hands to its connection for subjects starting with
+    ``prefix`` (publishes, requests, re-sends: every attempt), by wrapping the connection
+    machine's frame builder on the instance."""
 
     def __init__(self, nc: Client, prefix: str) -> None:
-        self.nc = nc
+        self.conn = nc._conn
         self.prefix = prefix
         self.count = 0
-        self._orig = nc.request
+        checked = self.conn._publish_checked
+        fast = self.conn.publish_frame
+        wanted = prefix.encode()
 
         def counting(subject: str, *args: Any, **kwargs: Any) -> Any:
             if subject.startswith(prefix):
                 self.count += 1
-            return self._orig(subject, *args, **kwargs)
+            return checked(subject, *args, **kwargs)
 
-        nc.request = counting  # type: ignore[method-assign]
+        def counting_frame(frame: bytes, size: int) -> bool:
+            queued = fast(frame, size)
+            if queued and frame.split(b" ", 2)[1].startswith(wanted):
+                self.count += 1
+            return queued
+
+        self.conn._publish_checked = counting  # type: ignore[method-assign]
+        self.conn.publish_frame = counting_frame  # type: ignore[method-assign]
 
     def close(self) -> None:
-        self.nc.request = self._orig  # type: ignore[method-assign]
+        del self.conn._publish_checked
+        del self.conn.publish_frame
 
-    def __enter__(self) -> RequestCounter:
+    def __enter__(self) -> PublishCounter:
         return self
 
     def __exit__(self, *exc: object) -> None:

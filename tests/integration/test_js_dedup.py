@@ -11,11 +11,11 @@ import pytest
 
 import jssync
 from jscore.errors import JetStreamAPIError, MaxMsgsPerSubjectError, StoreFailedError
-from jscore.models import PubAck
+from jscore.models import DiscardPolicy, PubAck
 from jssync.client import Client
 from jssync.server import NatsServer
 from tests.integration._jspub import (
-    RequestCounter,
+    PublishCounter,
     create_stream,
     delete_msg,
     delete_stream,
@@ -106,10 +106,10 @@ def test_infinite_dedup_blog_walk_through(nats_server: NatsServer) -> None:
     """The blog's walk-through, step by step, on a fresh server."""
     with jssync.connect(nats_server.url) as nc:
         created = create_stream(nc, "dedup", **BLOG_DEDUP_STREAM)
-        cfg = created["config"]
-        assert cfg["discard"] == "new" and cfg["discard_new_per_subject"] is True
-        assert cfg["max_msgs_per_subject"] == 1 and cfg["duplicate_window"] == 120 * SECOND
-        assert created["state"]["messages"] == 0
+        cfg = created.config
+        assert cfg.discard == DiscardPolicy.NEW and cfg.discard_new_per_subject is True
+        assert cfg.max_msgs_per_subject == 1 and cfg.duplicate_window == 120.0  # the 2m0s default
+        assert created.state.messages == 0
         js = nc.jetstream()
 
         # nats req foo.1 one  ->  {"stream":"dedup", "seq":1}
@@ -118,7 +118,7 @@ def test_infinite_dedup_blog_walk_through(nats_server: NatsServer) -> None:
         assert js.publish("foo.2", b"one") == PubAck(stream="dedup", seq=2)
         # nats req foo.1 two  ->  {"error":{"code":503,"err_code":10077,
         #                          "description":"maximum messages per subject exceeded"},...}
-        with RequestCounter(nc, "foo.") as counter:
+        with PublishCounter(nc, "foo.") as counter:
             with pytest.raises(MaxMsgsPerSubjectError) as ei:
                 js.publish("foo.1", b"two")
             assert counter.count == 1, "the 'already published' answer is final, never retried"
@@ -224,8 +224,30 @@ def test_refusal_is_final_for_every_racer_of_a_taken_id(nats_server: NatsServer)
         create_stream(nc, "dedup", **BLOG_DEDUP_STREAM)
         js = nc.jetstream()
         js.publish("foo.k", b"1")
-        with RequestCounter(nc, "foo.") as counter:
+        with PublishCounter(nc, "foo.") as counter:
             for _ in range(5):
                 with pytest.raises(MaxMsgsPerSubjectError):
                     js.publish("foo.k", b"2")
             assert counter.count == 5
+
+
+def test_per_message_ttl_releases_a_taken_id(nats_server: NatsServer) -> None:
+    """The blog's closing idea: with allow_msg_ttl, an id (a lock) taken with a TTL is released
+    when the message expires."""
+    with jssync.connect(nats_server.url) as nc:
+        create_stream(nc, "locks", **{**BLOG_DEDUP_STREAM, "subjects": ["lock.*"], "allow_msg_ttl": True})
+        js = nc.jetstream()
+        first = js.publish("lock.job-42", b"worker-a", ttl=1)
+        with pytest.raises(MaxMsgsPerSubjectError):
+            js.publish("lock.job-42", b"worker-b", ttl=1)
+        acks: list[PubAck] = []
+
+        def taken_by_b() -> bool:
+            try:
+                acks.append(js.publish("lock.job-42", b"worker-b", ttl=1))
+            except MaxMsgsPerSubjectError:
+                return False
+            return True
+
+        assert wait_until(taken_by_b, timeout=10, interval=0.2)
+        assert acks[-1].seq > first.seq

@@ -13,10 +13,12 @@ import jssync
 from jscore.errors import (
     BadSubjectError,
     ConnectionClosedError,
+    DuplicateMsgIdInProcessError,
     HeaderSizeExceededError,
     InvalidOptionError,
     JetStreamAPIError,
     JetStreamError,
+    JetStreamUnavailableError,
     MaxBytesError,
     MsgSizeExceededError,
     MsgTTLDisabledError,
@@ -30,9 +32,10 @@ from jscore.errors import (
 )
 from jscore.models import PubAck
 from jssync.client import Client
-from jssync.server import NatsServer
+from jssync.server import NatsCluster, NatsServer
 from tests.integration._jspub import (
-    RequestCounter,
+    PublishCounter,
+    api,
     create_stream,
     delete_stream,
     get_msg,
@@ -125,7 +128,7 @@ def test_expected_last_seq(nc: Client, stream: str) -> None:
     js = nc.jetstream()
     assert js.publish(subj(stream), b"first", expected_last_seq=0).seq == 1  # 0: the stream is empty
     assert js.publish(subj(stream), b"second", expected_last_seq=1).seq == 2
-    with RequestCounter(nc, stream.lower()) as counter:
+    with PublishCounter(nc, stream.lower()) as counter:
         with pytest.raises(WrongLastSequenceError) as ei:
             js.publish(subj(stream), b"stale", expected_last_seq=1)
         assert counter.count == 1, "a definite failure must not be retried"
@@ -138,7 +141,7 @@ def test_expected_last_subject_seq(nc: Client, stream: str) -> None:
     a = js.publish(subj(stream, "k1"), b"v1", expected_last_subject_seq=0)
     js.publish(subj(stream, "k2"), b"other")
     b = js.publish(subj(stream, "k1"), b"v2", expected_last_subject_seq=a.seq)
-    with RequestCounter(nc, stream.lower()) as counter:
+    with PublishCounter(nc, stream.lower()) as counter:
         with pytest.raises(WrongLastSequenceError) as ei:
             js.publish(subj(stream, "k1"), b"lost update", expected_last_subject_seq=a.seq)
         assert counter.count == 1
@@ -217,7 +220,7 @@ def test_ttl_refused_without_allow_msg_ttl(nc: Client, stream: str) -> None:
     ],
 )
 def test_invalid_options_raise_before_sending(nc: Client, stream: str, kwargs: dict[str, object]) -> None:
-    with RequestCounter(nc, stream.lower()) as counter:
+    with PublishCounter(nc, stream.lower()) as counter:
         with pytest.raises(InvalidOptionError):
             nc.jetstream().publish(subj(stream), b"x", **kwargs)  # type: ignore[arg-type]
         assert counter.count == 0
@@ -241,7 +244,7 @@ def test_header_too_large_10097_typed_no_retry(nc: Client, stream: str) -> None:
     """TESTPLAN 19: headers of 64 KiB + 1 -> 10097, typed, no retry."""
     js = nc.jetstream()
     big = {"X-Big": "a" * (64 * 1024 + 1)}
-    with RequestCounter(nc, stream.lower()) as counter:
+    with PublishCounter(nc, stream.lower()) as counter:
         with pytest.raises(HeaderSizeExceededError) as ei:
             js.publish(subj(stream), b"x", headers=big)
         assert counter.count == 1
@@ -256,7 +259,7 @@ def test_payload_over_max_msg_size_10054_typed_no_retry(nc: Client) -> None:
     try:
         js = nc.jetstream()
         assert js.publish(f"{name.lower()}.a", b"x" * 1000).seq == 1
-        with RequestCounter(nc, name.lower()) as counter:
+        with PublishCounter(nc, name.lower()) as counter:
             with pytest.raises(MsgSizeExceededError) as ei:
                 js.publish(f"{name.lower()}.a", b"x" * 1025)
             assert counter.count == 1
@@ -274,7 +277,7 @@ def test_max_bytes_discard_new_until_refused_then_purge(nc: Client) -> None:
     try:
         js = nc.jetstream()
         accepted = 0
-        with RequestCounter(nc, name.lower()) as counter:
+        with PublishCounter(nc, name.lower()) as counter:
             for attempt in range(1, 500):
                 try:
                     js.publish(f"{name.lower()}.fill", b"x" * 200)
@@ -301,7 +304,7 @@ def test_max_bytes_discard_new_until_refused_then_purge(nc: Client) -> None:
 def test_no_stream_retried_then_definite_failure(nc: Client) -> None:
     js = nc.jetstream()
     subject = f"{unique('none').lower()}.x"
-    with RequestCounter(nc, subject) as counter:
+    with PublishCounter(nc, subject) as counter:
         t0 = time.monotonic()
         with pytest.raises(NoStreamResponseError) as ei:
             js.publish(subject, b"x", timeout=5)
@@ -316,7 +319,7 @@ def test_no_responders_retries_configurable(nc: Client) -> None:
     js = nc.jetstream()
     js.configure_publish(retry_attempts=0)
     subject = f"{unique('none').lower()}.x"
-    with RequestCounter(nc, subject) as counter:
+    with PublishCounter(nc, subject) as counter:
         t0 = time.monotonic()
         with pytest.raises(NoStreamResponseError):
             js.publish(subject, b"x")
@@ -383,3 +386,42 @@ def test_closed_client_is_a_definite_refusal(nats_url: str) -> None:
     c.close()
     with pytest.raises(ConnectionClosedError):
         js.publish("anything", b"x")
+
+
+# =============================================================================== cluster (22)
+
+
+def test_cluster_leader_stepdowns_lose_and_duplicate_nothing(nats_cluster: NatsCluster) -> None:
+    """TESTPLAN 22: an R3 stream, 1000 publishes with msg ids (the caller retries what ends
+    ambiguous or without a stream leader, with the same id), a stream-leader stepdown every 100
+    messages: every id stored exactly once, no call blocks past its timeout."""
+    c = jssync.connect(nats_cluster.urls, name="stepdown", reconnect_wait=0.1, max_reconnect_attempts=-1)
+    try:
+        name = unique("R3")
+        create_stream(c, name, subjects=[f"{name.lower()}.>"], num_replicas=3, duplicate_window=120 * SECOND)
+        js = c.jetstream(timeout=2.0)
+        retryable = (PubAckTimeoutError, NoStreamResponseError, DuplicateMsgIdInProcessError, JetStreamUnavailableError)
+        slowest = 0.0
+        retries = 0
+        stepdowns = 0
+        for i in range(1000):
+            if i and i % 100 == 0:
+                reply = api(c, f"$JS.API.STREAM.LEADER.STEPDOWN.{name}", timeout=5)
+                stepdowns += bool(reply.get("success"))
+            for attempt in range(30):
+                t0 = time.monotonic()
+                try:
+                    js.publish(f"{name.lower()}.x", b"%d" % i, msg_id=f"id-{i}")
+                    break
+                except retryable:
+                    retries += 1
+                finally:
+                    slowest = max(slowest, time.monotonic() - t0)
+            else:
+                pytest.fail(f"id-{i} never acknowledged")
+        assert slowest < 2.0 + 1.0, f"a publish blocked {slowest:.2f} s (timeout 2 s)"
+        assert stepdowns >= 5
+        state = stream_state(c, name)
+        assert state["messages"] == 1000 and state["last_seq"] == 1000, (state, retries)
+    finally:
+        c.close()

@@ -14,7 +14,9 @@ import pytest
 import jssync
 from jscore.errors import (
     ConnectionClosedError,
+    DuplicateMsgIdInProcessError,
     InvalidOptionError,
+    JetStreamUnavailableError,
     MaxPayloadError,
     NoStreamResponseError,
     PubAckTimeoutError,
@@ -25,8 +27,9 @@ from jscore.errors import (
 from jscore.publish import ACKED, DUPLICATE, UNKNOWN
 from jssync.client import Client
 from jssync.publish import PubAckFuture
-from jssync.server import NatsServer
+from jssync.server import NatsCluster, NatsServer
 from tests.integration._jspub import (
+    api,
     create_stream,
     delete_stream,
     is_pub_ack_frame,
@@ -428,3 +431,64 @@ def test_close_fails_what_is_in_flight_as_ambiguous(proxied: tuple[Client, Fault
             f.result(timeout=5)
     with pytest.raises(ConnectionClosedError):
         js.publish_async(subj(name), b"x")
+
+
+# =============================================================================== cluster (23)
+
+
+def test_cluster_stream_leader_killed_ledger(nats_cluster_factory: Callable[..., NatsCluster]) -> None:
+    """TESTPLAN 23: R3 stream, sync_interval always, async publishes with msg ids; the stream
+    leader's node is SIGKILLed mid-run and restarted. Ledger: whatever ends ambiguous or
+    without a leader is published again with its msg id (typed errors only); then every id is
+    stored exactly once (lost = {}, duplicates = {})."""
+    cluster = nats_cluster_factory(3, jetstream_config="sync_interval: always")
+    c = jssync.connect(cluster.urls, name="ledger", reconnect_wait=0.1, max_reconnect_attempts=-1)
+    try:
+        name = unique("R3A")
+        create_stream(c, name, subjects=[f"{name.lower()}.>"], num_replicas=3, duplicate_window=120 * SECOND)
+        leader = api(c, f"$JS.API.STREAM.INFO.{name}")["cluster"]["leader"]
+        victim = int(leader.lstrip("n")) - 1
+        js = c.jetstream(timeout=3.0)
+        js.configure_publish(max_pending=256, auto_msg_id=True)
+        total = 2000
+        futs: list[PubAckFuture] = []
+        for i in range(total):
+            if i == 600:
+                cluster.kill(victim)
+            if i == 1400:
+                cluster.restart(victim, wait_healthy=False)
+            futs.append(js.publish_async(f"{name.lower()}.x", b"%d" % i, timeout=30))
+        js.publish_async_complete(timeout=60)
+        typed = (PubAckTimeoutError, NoStreamResponseError, DuplicateMsgIdInProcessError, JetStreamUnavailableError)
+        redo = [f for f in futs if f.error is not None]
+        for f in redo:
+            assert isinstance(f.error, typed), repr(f.error)
+            for attempt in range(30):
+                try:
+                    js.publish(f.subject, f.payload, msg_id=f.msg_id, timeout=3.0)
+                    break
+                except typed:
+                    time.sleep(0.2)
+            else:
+                pytest.fail(f"{f.msg_id} never acknowledged")
+        assert wait_until(lambda: stream_state(c, name)["messages"] == total, timeout=20), stream_state(c, name)
+        state = stream_state(c, name)
+        assert state["last_seq"] == total, "a message was stored twice"
+    finally:
+        c.close()
+
+
+def test_worker_thread_ends_with_the_client(nats_url: str) -> None:
+    def workers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "jssync-js-publish"]
+
+    before = len(workers())
+    c = jssync.connect(nats_url)
+    name = unique("THR")
+    create_stream(c, name, subjects=[f"{name.lower()}.>"])
+    js = c.jetstream()
+    js.publish_async(f"{name.lower()}.a", b"x").result(timeout=5)
+    assert len(workers()) == before + 1
+    delete_stream(c, name)
+    c.close()
+    assert wait_until(lambda: len(workers()) == before, timeout=3)
