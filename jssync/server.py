@@ -690,21 +690,19 @@ class NatsServer:
 
     def pause(self) -> None:
         """SIGSTOP: the process freezes, its sockets stay open (a hung/partitioned server)."""
-        with self._lock:
-            self._send(_signal.SIGSTOP)
-            self._paused = True
-            pid = self.pid
-        if pid is not None:
-            _wait_process_state(pid, stopped=True)
+        self._stop_or_continue(stopped=True)
 
     def resume(self) -> None:
         """SIGCONT after :meth:`pause`."""
+        self._stop_or_continue(stopped=False)
+
+    def _stop_or_continue(self, *, stopped: bool) -> None:
         with self._lock:
-            self._send(_signal.SIGCONT)
-            self._paused = False
+            self._send(_signal.SIGSTOP if stopped else _signal.SIGCONT)
+            self._paused = stopped
             pid = self.pid
         if pid is not None:
-            _wait_process_state(pid, stopped=False)
+            _wait_process_state(pid, stopped=stopped)
 
     def lame_duck(self) -> None:
         """SIGUSR2: enter lame duck mode (the server exits after ``lame_duck_duration``)."""
