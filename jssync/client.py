@@ -453,8 +453,9 @@ class Client:
         When more than 32 MiB wait for a slow socket, the call first waits (up to
         ``max(connect_timeout, 10)`` s) for the backlog to drain; a ``TimeoutError`` then means
         the message was NOT queued."""
-        if reply is None and headers is None and payload.__class__ is bytes:
-            # Hot path: a subject validated before; the frame is built outside the lock.
+        if reply is None and headers is None and payload.__class__ is bytes and self._fork_gen == _fork_generation:
+            # Hot path: a subject validated before; the frame is built outside the lock. (The
+            # fork check comes first: after fork() the lock may be held by a parent's thread.)
             subj = _pub_cache.get(subject)
             if subj is not None:
                 frame = b"PUB %s %d\r\n%s\r\n" % (subj, len(payload), payload)
@@ -463,11 +464,7 @@ class Client:
                 # acquire/release rather than ``with``: half the interpreter work per call here.
                 lock.acquire()
                 try:
-                    if (
-                        self._fork_gen == _fork_generation
-                        and conn.out_bytes + self._wbuf_len <= _HIGH_WATER
-                        and conn.publish_frame(frame, len(payload))
-                    ):
+                    if conn.out_bytes + self._wbuf_len <= _HIGH_WATER and conn.publish_frame(frame, len(payload)):
                         if self._io_idle:
                             self._io_idle = False
                             self._poke()
