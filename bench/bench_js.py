@@ -44,7 +44,6 @@ import os
 import pstats
 import signal
 import socket
-import statistics
 import sys
 import threading
 import time

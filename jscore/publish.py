@@ -222,7 +222,9 @@ class PendingPublish:
     rarely touched: class defaults, stored per entry only once it changes.
     """
 
-    __slots__ = ("subject", "payload", "headers", "msg_id", "token", "gen", "deadline", "outcome", "ack", "error", "__dict__")
+    __slots__ = (
+        "subject", "payload", "headers", "msg_id", "token", "gen", "deadline", "outcome", "ack", "error", "__dict__",
+    )
 
     attempts: int = 0  # no-responders / in-process retries used
     retry_at: float = 0.0

@@ -41,7 +41,8 @@ def ack(seq: int, *, duplicate: bool = False, stream: str = "S") -> bytes:
 
 
 def api_err(code: int, err_code: int, description: str) -> bytes:
-    return json.dumps({"error": {"code": code, "err_code": err_code, "description": description}, "stream": "S", "seq": 0}).encode()
+    body = {"error": {"code": code, "err_code": err_code, "description": description}, "stream": "S", "seq": 0}
+    return json.dumps(body).encode()
 
 
 def entry(msg_id: str | None = None, subject: str = "s.1") -> PendingPublish:
@@ -141,7 +142,9 @@ class TestPublishHeaders:
 
 
 class TestTtl:
-    @pytest.mark.parametrize(("ttl", "wire"), [(1, "1"), (60, "60"), (3600.0, "3600"), ("never", "never"), ("NEVER", "never")])
+    @pytest.mark.parametrize(
+        ("ttl", "wire"), [(1, "1"), (60, "60"), (3600.0, "3600"), ("never", "never"), ("NEVER", "never")]
+    )
     def test_values(self, ttl: object, wire: str) -> None:
         assert ttl_value(ttl) == wire
 
@@ -221,7 +224,14 @@ class TestWindowBasics:
 
     @pytest.mark.parametrize(
         "kwargs",
-        [{"max_pending": 0}, {"max_pending": True}, {"ack_timeout": 0}, {"ack_timeout": float("nan")}, {"retry_attempts": -1}, {"retry_wait": -0.1}],
+        [
+            {"max_pending": 0},
+            {"max_pending": True},
+            {"ack_timeout": 0},
+            {"ack_timeout": float("nan")},
+            {"retry_attempts": -1},
+            {"retry_wait": -0.1},
+        ],
     )
     def test_invalid_settings(self, kwargs: dict[str, object]) -> None:
         with pytest.raises(InvalidOptionError):
@@ -379,7 +389,9 @@ class WindowModel(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.w: PublishWindow[PendingPublish] = PublishWindow(max_pending=8, ack_timeout=2.0, retry_attempts=1, retry_wait=0.25)
+        self.w: PublishWindow[PendingPublish] = PublishWindow(
+            max_pending=8, ack_timeout=2.0, retry_attempts=1, retry_wait=0.25
+        )
         self.now = 0.0
         self.gen = 0
         self.connected = True

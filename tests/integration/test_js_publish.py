@@ -330,7 +330,7 @@ def test_stream_appearing_during_the_retries(nc: Client) -> None:
     """A publish that races the stream's creation (or a leader election) succeeds on a retry."""
     name = unique("LATE")
     js = nc.jetstream()
-    js.configure_publish(retry_attempts=8, retry_wait=0.1)
+    js.configure_publish(retry_attempts=40, retry_wait=0.1)
     creator = threading.Timer(0.25, lambda: create_stream(nc, name, subjects=[f"{name.lower()}.>"]))
     creator.start()
     try:

@@ -225,7 +225,7 @@ def test_no_stream_async_retried_then_definite(nc: Client) -> None:
 def test_stream_appearing_during_async_retries(nc: Client) -> None:
     name = unique("LATEA")
     js = nc.jetstream()
-    js.configure_publish(retry_attempts=10, retry_wait=0.1)
+    js.configure_publish(retry_attempts=40, retry_wait=0.1)
     fut = js.publish_async(f"{name.lower()}.x", b"x")
     time.sleep(0.15)
     create_stream(nc, name, subjects=[f"{name.lower()}.>"])
