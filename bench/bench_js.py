@@ -600,17 +600,7 @@ def render(facts: dict[str, Any], args: argparse.Namespace, summary: dict[str, A
 # =============================================================================== profile
 
 
-class _ProfiledJssync(_JssyncClient):
-    io_profile: cProfile.Profile | None = None
-
-    def _io_main(self) -> None:
-        prof = cProfile.Profile()
-        type(self).io_profile = prof
-        prof.enable()
-        try:
-            super()._io_main()
-        finally:
-            prof.disable()
+_ProfiledJssync = core._ProfiledJssync  # a Client whose I/O thread runs under cProfile
 
 
 def profile_jssync(runner: Runner, args: argparse.Namespace) -> str:
