@@ -290,6 +290,7 @@ class Client:
         self._events_thread: threading.Thread | None = None
         self._io_thread: threading.Thread | None = None
         self._wbuf_len = 0
+        self._spill = bytearray()  # output a caller could not write itself (see _kick_locked)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -512,9 +513,7 @@ class Client:
         with self._lock:
             token = self._conn.request(subject, payload, headers)
             self._requests[token] = waiter
-            if self._io_idle:
-                self._io_idle = False
-                self._poke()
+            self._kick_locked()
         try:
             item = waiter.get(timeout=timeout)
         except queue.Empty:
@@ -623,6 +622,44 @@ class Client:
 
     # ------------------------------------------------------------------ the I/O thread
 
+    def _kick_locked(self) -> None:
+        """Under the lock, for a caller about to wait for a reply: get what the core queued onto
+        the wire with the fewest thread hand-offs.
+
+        When the I/O thread is idle in ``select`` with nothing of its own left to write, the
+        caller writes the core's output itself (one non-blocking ``send``), saving the wake-up
+        round trip through the I/O thread. Order is kept: the I/O thread only takes output
+        under this lock and clears ``_io_idle`` when it does, so no older bytes can be in
+        flight. Whatever the socket does not take goes to ``_spill`` for the I/O thread, which
+        writes it before anything newer. TLS sockets are never shared between threads.
+        """
+        if not self._io_idle:
+            return
+        sock = self._sock
+        if (
+            sock is None
+            or self._wbuf_len
+            or self._spill
+            or sock.__class__ is not socket.socket
+            or self._conn.state is not State.CONNECTED
+        ):
+            self._io_idle = False
+            self._poke()
+            return
+        data = self._conn.data_to_send()
+        if not data:
+            return
+        try:
+            n = sock.send(data)
+        except BlockingIOError:
+            n = 0
+        except OSError:
+            n = 0  # the I/O thread finds the broken socket on its own and reconnects
+        if n < len(data):
+            self._spill += memoryview(data)[n:]
+            self._io_idle = False
+            self._poke()
+
     def _poke(self) -> None:
         try:
             self._wake_w.send(b"\0")
@@ -676,7 +713,10 @@ class Client:
         self._closed.set()
 
     def _close_socket(self) -> None:
-        sock, self._sock = self._sock, None
+        # Under the lock: a caller writing its own request (``_kick_locked``) holds the lock for
+        # its send, so the socket is never closed (and its fd reused) under that send.
+        with self._lock:
+            sock, self._sock = self._sock, None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
@@ -690,6 +730,10 @@ class Client:
             directives: list[Any] = []
             notices: list[Any] = []
             with lock:
+                self._io_idle = False  # (see _kick_locked: no caller writes while we work)
+                if self._spill:
+                    wbuf += self._spill  # a caller's unwritten request: older than what follows
+                    self._spill.clear()
                 now = _monotonic()
                 conn.handle_timeout(now)
                 self._route_events(directives, notices)
@@ -795,6 +839,7 @@ class Client:
             self._sock = new_sock
             wbuf.clear()
             with self._lock:
+                self._spill.clear()
                 conn.connection_made(_monotonic())
         elif isinstance(d, ev.TlsUpgradeRequested):
             plain = self._sock
@@ -908,6 +953,7 @@ class Client:
         wbuf.clear()
         self._close_socket()
         with self._lock:
+            self._spill.clear()  # written for the lost transport, like wbuf
             if self._conn.state is State.CLOSING:
                 # A CloseRequested is queued for this transport (e.g. a fatal -ERR and the EOF
                 # came in one read): its handler reports the loss, exactly once.

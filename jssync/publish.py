@@ -360,9 +360,7 @@ class Publisher:
                 except BaseException:
                     del self._sync[token]
                     raise
-                if nc._io_idle:
-                    nc._io_idle = False
-                    nc._poke()
+                nc._kick_locked()
             if not waiter.lock.acquire(True, max(0.0, deadline - _monotonic())):
                 with self._lock:
                     timed_out = self._sync.pop(token, None) is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -127,3 +128,58 @@ def test_concurrent_subscribe_unsubscribe_and_publish(
     assert not errors, errors[:3]
     assert not nc._subs, "subscriptions leaked"
     assert nc.is_connected
+
+
+def test_requests_keep_their_place_among_publishes(
+    nats_server: NatsServer, clients: Callable[..., Client]
+) -> None:
+    """A waiting caller may write its own request (when the I/O thread is idle); the order of
+    everything sent on the connection must still be the order of the calls, also when the
+    socket takes only part of a large request."""
+    n_threads, per_thread = 6, 60
+    responder = clients(nats_server.url)
+    last_seen: dict[str, int] = {}
+
+    def on_pub(msg: Msg) -> None:
+        last_seen[msg.subject.rsplit(".", 1)[1]] = int(msg.data[:12])
+
+    def on_req(msg: Msg) -> None:
+        msg.respond(b"%d" % last_seen.get(msg.subject.rsplit(".", 1)[1], -1))
+
+    # One subscription thread for both subjects keeps the responder's view in wire order.
+    def on_any(msg: Msg) -> None:
+        (on_req if msg.reply else on_pub)(msg)
+
+    responder.subscribe("mix.*.*", callback=on_any)
+    responder.flush(timeout=2)
+    nc = clients(nats_server.url)
+    # A small send buffer makes the socket take only part of a large request: the rest is
+    # handed to the I/O thread, which must write it before anything newer.
+    assert nc._sock is not None
+    nc._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+    spills = [0]
+    kick = nc._kick_locked
+
+    def counting_kick() -> None:
+        kick()
+        spills[0] += bool(nc._spill)
+
+    nc._kick_locked = counting_kick  # type: ignore[method-assign]
+    bad: list[tuple[int, int, bytes]] = []
+    big = b" " * (256 * 1024)
+    # Alone, a large request is written by its caller, and the socket takes only part of it.
+    for _ in range(3):
+        assert nc.request("mix.req.solo", b" " * (900 * 1024), timeout=10).data == b"-1"
+    assert spills[0] > 0, "the partial-write path was not exercised"
+
+    def worker(t: int) -> None:
+        for i in range(per_thread):
+            body = b"%012d" % i + (big if i % 10 == 0 else b"")
+            nc.publish(f"mix.pub.{t}", body)
+            reply = nc.request(f"mix.req.{t}", big if i % 7 == 0 else b"", timeout=10)
+            if int(reply.data) != i:
+                bad.append((t, i, reply.data))
+
+    errors = _run_threads(worker, n_threads, 80)
+    assert not errors, errors[:3]
+    assert not bad, f"a request overtook the publish before it: {bad[:5]}"
