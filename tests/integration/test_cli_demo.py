@@ -1,0 +1,46 @@
+"""`jssync demo` against a real nats-server: every check it prints passes."""
+
+from __future__ import annotations
+
+import pytest
+
+from jssync.cli import main
+from jssync.server import NatsServer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_demo_passes_against_a_server_twice(nats_server: NatsServer, capsys: pytest.CaptureFixture[str]) -> None:
+    # Twice: the second run must cope with what the first left on the same server.
+    for _ in range(2):
+        assert main(["demo", "--server", nats_server.url]) == 0
+        out = capsys.readouterr().out
+        assert "FAILED" not in out
+        assert "duplicate=True" in out
+        assert "MaxMsgsPerSubjectError (err_code 10077)" in out
+        assert "stream state: messages=101" in out
+        assert out.rstrip().endswith("demo passed")
+
+
+def test_stream_and_consumer_commands(nats_server: NatsServer, capsys: pytest.CaptureFixture[str]) -> None:
+    url = nats_server.url
+    assert main(["stream", "add", "CLI_S", "--subjects", "cli.a,cli.b", "--storage", "memory", "--server", url]) == 0
+    assert '"subjects": [\n    "cli.a",\n    "cli.b"\n  ]' in capsys.readouterr().out
+    assert main(["pub", "cli.a", "x", "--count", "3", "--server", url]) == 0
+    capsys.readouterr()
+    assert main(["--server", url, "stream", "ls"]) == 0
+    assert "CLI_S\tsubjects=cli.a,cli.b\tmessages=3" in capsys.readouterr().out
+    assert main(["consumer", "add", "CLI_S", "C1", "--filter", "cli.a", "--server", url]) == 0
+    assert '"durable_name": "C1"' in capsys.readouterr().out
+    assert main(["consumer", "ls", "CLI_S", "--server", url]) == 0
+    assert "C1\tpending=3" in capsys.readouterr().out
+    assert main(["consumer", "info", "CLI_S", "C1", "--server", url]) == 0
+    assert '"filter_subject": "cli.a"' in capsys.readouterr().out
+    assert main(["consumer", "rm", "CLI_S", "C1", "--server", url]) == 0
+    assert main(["stream", "purge", "CLI_S", "--server", url]) == 0
+    assert "purged 3 messages" in capsys.readouterr().out
+    assert main(["stream", "rm", "CLI_S", "--server", url]) == 0
+    # typed errors become a message and exit status 2, not a traceback
+    assert main(["stream", "info", "CLI_S", "--server", url]) == 2
+    assert "StreamNotFoundError" in capsys.readouterr().err
+    assert main(["stream", "info", "--server", url]) == 2
