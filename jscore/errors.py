@@ -451,3 +451,85 @@ class TooManyStalledMsgsError(JetStreamError, TimeoutError):
 
 
 __all__ += ["NoStreamResponseError", "TooManyStalledMsgsError"]
+
+
+# --- JetStream messages and the ordered consumer (jscore.jsmsg / jscore.ordered) -----------
+
+
+class NotJetStreamMessageError(JetStreamError, ValueError):
+    """The message has no JetStream ack subject (``$JS.ACK...``) or a malformed one, so it has
+    no metadata and cannot be acknowledged: a core NATS message, a message of an ack-none
+    consumer without reply, or a reply subject that is not in either server format."""
+
+
+class OrderedConsumerResetError(JetStreamError):
+    """The ordered consumer could not be recreated: it gave up after its bounded number of
+    consecutive unsuccessful attempts, or a recreation failed for good. The last failure is
+    the ``__cause__``. (A stream that is gone is reported as :class:`StreamNotFoundError`.)"""
+
+
+__all__ += ["NotJetStreamMessageError", "OrderedConsumerResetError"]
+
+
+# --- pull consumers: statuses that end a pull (jscore.pull) ---------------------------------
+
+
+class PullStatusError(JetStreamError):
+    """The server ended a pull with a status line this client reports as an error (an unknown
+    409, an unknown code ...). ``code`` and ``description`` are the status line's; the status
+    table in :mod:`jscore.pull` says which status maps to which subclass."""
+
+    def __init__(self, code: int, description: str, message: str | None = None) -> None:
+        super().__init__(message or f"pull ended with status {code} {description}".rstrip())
+        self.code = code
+        self.description = description
+
+
+class ConsumerIsPushBasedError(PullStatusError):
+    """'409 Consumer is push based': pulls were sent to a push consumer. Terminal (ADR-37)."""
+
+
+class PullRequestLimitError(PullStatusError):
+    """A pull broke a limit of the consumer: '409 Exceeded MaxWaiting', 'Exceeded
+    MaxRequestBatch of N', 'Exceeded MaxRequestExpires of D', 'Exceeded MaxRequestMaxBytes of N'.
+    A fetch ends with it; a consume reports it as a warning and keeps going."""
+
+
+class PullBadRequestError(PullStatusError, ValueError):
+    """'400 Bad Request - ...': the server refused the pull request (for instance a priority
+    group option on a consumer without that policy). Terminal."""
+
+
+class MaxBytesExceededError(PullStatusError):
+    """'409 Message Size Exceeds MaxBytes': the next message is larger than the pull's
+    max_bytes, so nothing could be delivered. A fetch that got no message ends with it; a
+    consume reports it as a warning (once per streak) without pulling in a tight loop."""
+
+
+class PullNoRespondersError(ConsumerNotFoundError, NoRespondersError):
+    """A pull got '503' (no responders): nothing listens on the consumer's MSG.NEXT subject, so
+    the consumer (or its stream, or JetStream) is gone or not ready. A fetch ends with it; a
+    consume retries with backoff and ends with it after K consecutive 503s. Both a
+    :class:`ConsumerNotFoundError` and a :class:`NoRespondersError`."""
+
+    def __init__(self, code: int = 503, description: str = "", message: str | None = None) -> None:
+        status = f"{code} {description}".rstrip()
+        super().__init__(code, 0, message or f"no responders for the pull request ({status})")
+        self.description = description or "No Responders"
+
+
+__all__ += [
+    "PullStatusError",
+    "ConsumerIsPushBasedError",
+    "PullRequestLimitError",
+    "PullBadRequestError",
+    "MaxBytesExceededError",
+    "PullNoRespondersError",
+]
+
+
+class NoMessagesError(TimeoutError):
+    """``next()`` ended without a message: the pull expired (or the consumer had nothing for a
+    no_wait pull). Also a builtin :class:`TimeoutError`."""
+
+__all__ += ["NoMessagesError"]

@@ -768,3 +768,11 @@ def encode(value: Any) -> bytes:
     if isinstance(value, _Model):
         _coerce(value, deep=True)
     return _encoder.encode(value)
+
+
+# =========================================================================== message metadata
+# Defined in jscore.jsmsg (which must not import this module: no cycle); listed here because
+# API.md names jscore.models as the home of every model.
+from .jsmsg import MsgMetadata, SequencePair  # noqa: E402
+
+__all__ += ["MsgMetadata", "SequencePair"]

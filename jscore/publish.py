@@ -98,7 +98,7 @@ def decode_ack(data: bytes) -> PubAck:
     if b'"error"' not in data:
         try:
             ack = _ack_decoder.decode(data)
-        except (msgspec.DecodeError, UnicodeDecodeError):
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             pass
         else:
             if ack.seq > 0 and ack.stream:
@@ -412,7 +412,7 @@ class PublishWindow(Generic[E]):
             if b'"error"' not in data:  # the common case, inlined: once per publish
                 try:
                     ack = _ack_decoder.decode(data)
-                except (msgspec.DecodeError, UnicodeDecodeError):
+                except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                     pass
                 else:
                     if ack.seq > 0 and ack.stream:

@@ -20,7 +20,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Final, Union
+from typing import TYPE_CHECKING, Any, Final, Protocol, Union
 
 from jscore import events as ev
 from jscore.connection import ConnectOptions, Connection, State
@@ -63,6 +63,17 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class Driven(Protocol):
+    """A core machine the client drives besides the connection (a fetch or a consume). Every
+    method is called under the client lock, on the I/O thread; none may block."""
+
+    def _deadline(self) -> float | None: ...
+
+    def _fire(self, now: float) -> None: ...
+
+    def _connection_changed(self, event: Any, now: float) -> None: ...
 
 
 class _Stop:
@@ -291,6 +302,9 @@ class Client:
         self._io_thread: threading.Thread | None = None
         self._wbuf_len = 0
         self._spill = bytearray()  # output a caller could not write itself (see _kick_locked)
+        # Core machines driven alongside the connection (pull consumers): their timers fire on
+        # the I/O thread, and they hear of disconnects and reconnects, all under the lock.
+        self._driven: list[Driven] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -622,6 +636,16 @@ class Client:
 
     # ------------------------------------------------------------------ the I/O thread
 
+    def _attach_locked(self, d: Driven) -> None:
+        """Under the lock: drive ``d``'s timers from the I/O thread from now on."""
+        if d not in self._driven:
+            self._driven.append(d)
+        self._wake_locked()  # its deadline may be earlier than the one the I/O thread sleeps to
+
+    def _detach_locked(self, d: Driven) -> None:
+        with contextlib.suppress(ValueError):
+            self._driven.remove(d)
+
     def _kick_locked(self) -> None:
         """Under the lock, for a caller about to wait for a reply: get what the core queued onto
         the wire with the fewest thread hand-offs.
@@ -736,6 +760,11 @@ class Client:
                     self._spill.clear()
                 now = _monotonic()
                 conn.handle_timeout(now)
+                if self._driven:
+                    for d in tuple(self._driven):
+                        due = d._deadline()
+                        if due is not None and due <= now:
+                            d._fire(now)
                 self._route_events(directives, notices)
                 data = conn.data_to_send()
                 if data and (wbuf or directives):
@@ -771,6 +800,10 @@ class Client:
                 # only waiting for the socket to take what is already buffered).
                 self._io_idle = True
                 deadline = conn.next_deadline()
+                for d in self._driven:
+                    due = d._deadline()
+                    if due is not None and (deadline is None or due < deadline):
+                        deadline = due
             timeout = None if deadline is None else max(0.0, deadline - _monotonic())
             rlist: list[Any] = [wake_r]
             if sock is not None:
@@ -820,6 +853,10 @@ class Client:
             elif cls in (ev.ConnectRequested, ev.TlsUpgradeRequested, ev.CloseRequested):
                 directives.append(e)
             else:
+                if self._driven and (cls is ev.Disconnected or cls is ev.Reconnected or cls is ev.Closed):
+                    now = _monotonic()
+                    for d in tuple(self._driven):
+                        d._connection_changed(e, now)
                 if cls is ev.Connected:
                     self._first.set()
                 elif cls is ev.Closed:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from jscore import jsmsg as _jsmsg
+from jscore.errors import MsgAlreadyAckedError, NotJetStreamMessageError
 from jscore.headers import Headers, HeadersInput
+from jscore.jsmsg import MsgMetadata
 from jscore.protocol import MsgReceived
 
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Msg"]
+__all__ = ["JsMsg", "Msg"]
 
 
 class Msg:
@@ -81,3 +84,107 @@ class Msg:
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+
+_ACK_NONE: int = _jsmsg.ACK_NONE
+_ACK_PROGRESS: int = _jsmsg.ACK_IN_PROGRESS
+_ACK_DONE: int = _jsmsg.ACK_DONE
+
+
+class JsMsg(Msg):
+    """A message delivered by a JetStream consumer: a :class:`Msg` that can be acknowledged
+    and knows where it came from (:attr:`metadata`, parsed from its ack subject on first use).
+
+    The acknowledgement methods go to the message's reply subject. ``ack``, ``nak`` and
+    ``term`` are terminal: a second terminal ack of the same message raises
+    :class:`MsgAlreadyAckedError` before anything is sent. ``in_progress`` (``+WPI``) may be
+    repeated until a terminal ack. An ack that could not be sent (the connection is closed,
+    ``ack_sync`` timed out) leaves the message acknowledgeable, so it can be retried.
+    """
+
+    __slots__ = ("_ack_state", "_meta")
+    _ack_state: int
+    _meta: MsgMetadata | None
+
+    @classmethod
+    def _from_event(cls, m: MsgReceived, client: Client | None) -> JsMsg:
+        msg = cls.__new__(cls)
+        msg.subject = m.subject
+        msg.reply = m.reply
+        msg.data = m.data
+        msg.headers = m.headers
+        msg.status = m.status
+        msg.description = m.description
+        msg.sid = m.sid
+        msg.size = m.size
+        msg._client = client
+        msg._ack_state = _ACK_NONE
+        msg._meta = None
+        return msg
+
+    @property
+    def metadata(self) -> MsgMetadata:
+        """Stream, consumer, sequences, delivery count, pending and timestamp, from the ack
+        subject; :class:`NotJetStreamMessageError` if the message has none."""
+        meta: MsgMetadata | None = self._meta
+        if meta is None:
+            if not self.reply:
+                raise NotJetStreamMessageError("the message has no reply subject, hence no JetStream metadata")
+            meta = self._meta = _jsmsg.parse_ack_subject(self.reply)
+        return meta
+
+    @property
+    def acked(self) -> bool:
+        """A terminal acknowledgement (ack, nak, term) was sent for this message."""
+        return self._ack_state == _ACK_DONE
+
+    def _send_ack(self, body: bytes, terminal: bool) -> None:
+        reply = self.reply
+        client = self._client
+        if not reply or client is None:
+            raise NotJetStreamMessageError("the message has no ack subject or no client: it cannot be acknowledged")
+        before = self._ack_state
+        if before == _ACK_DONE:
+            raise MsgAlreadyAckedError("a terminal acknowledgement was already sent for this message")
+        self._ack_state = _ACK_DONE if terminal else _ACK_PROGRESS
+        try:
+            client.publish(reply, body)
+        except BaseException:
+            self._ack_state = before
+            raise
+
+    def ack(self) -> None:
+        """Acknowledge (``+ACK``): the server will not redeliver the message."""
+        self._send_ack(_jsmsg.ACK, True)
+
+    def nak(self, delay: float | None = None) -> None:
+        """Negative ack (``-NAK``): redeliver, after ``delay`` seconds if given."""
+        self._send_ack(_jsmsg.nak_body(delay), True)
+
+    def in_progress(self) -> None:
+        """Work in progress (``+WPI``): reset the server's ack_wait timer; may be repeated."""
+        self._send_ack(_jsmsg.WPI, False)
+
+    def term(self, reason: str | None = None) -> None:
+        """Terminate (``+TERM``): never redeliver; ``reason`` shows in the server's advisory."""
+        self._send_ack(_jsmsg.term_body(reason), True)
+
+    def ack_sync(self, timeout: float = 5.0) -> None:
+        """Acknowledge and wait until the server confirms it (a "double ack"): on return the
+        ack is recorded. A :class:`TimeoutError` leaves the message acknowledgeable."""
+        reply = self.reply
+        client = self._client
+        if not reply or client is None:
+            raise NotJetStreamMessageError("the message has no ack subject or no client: it cannot be acknowledged")
+        before = self._ack_state
+        if before == _ACK_DONE:
+            raise MsgAlreadyAckedError("a terminal acknowledgement was already sent for this message")
+        self._ack_state = _ACK_DONE
+        try:
+            client.request(reply, _jsmsg.ACK, timeout=timeout)
+        except BaseException:
+            self._ack_state = before
+            raise
+
+    def __repr__(self) -> str:
+        return f"JsMsg(subject={self.subject!r}, reply={self.reply!r}, data={self.data[:64]!r})"
