@@ -27,12 +27,15 @@ from jscore.models import (
     StreamInfo,
     StreamState,
 )
+from jscore.jsmsg import MsgMetadata, SequencePair
 
 from . import errors, events
 from .client import Client, Subscription, connect
 from .consumer import Consumer
 from .jetstream import JetStream
-from .msg import Msg
+from .msg import JsMsg, Msg
+from .ordered import OrderedConsumeContext, OrderedConsumer, OrderedMessageStream
+from .pull import ConsumeContext, FetchResult, MessageStream
 from .stream import Stream
 
 __version__ = "0.1.0"
@@ -50,6 +53,13 @@ __all__ = [
     "JetStream",
     "Stream",
     "Consumer",
+    "JsMsg",
+    "FetchResult",
+    "ConsumeContext",
+    "MessageStream",
+    "OrderedConsumer",
+    "OrderedConsumeContext",
+    "OrderedMessageStream",
     # models
     "StreamConfig",
     "StreamInfo",
@@ -59,6 +69,8 @@ __all__ = [
     "PubAck",
     "AccountInfo",
     "StoredMsg",
+    "MsgMetadata",
+    "SequencePair",
     # enums
     "RetentionPolicy",
     "DiscardPolicy",

@@ -488,6 +488,26 @@ class Client:
                     lock.release()
         self._publish(subject, payload, reply, headers)
 
+    def _publish_to_reply(self, subject: str, payload: bytes) -> None:
+        """Publish to a reply subject the SERVER gave us (an ack subject): it came out of the
+        parser as one whitespace-free token, so it is not validated again nor remembered in
+        the subject cache (every ack subject is new; caching them would evict the subjects of
+        real publishers)."""
+        if self._fork_gen == _fork_generation:
+            frame = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload)
+            conn = self._conn
+            lock = self._lock
+            lock.acquire()
+            try:
+                if conn.out_bytes + self._wbuf_len <= _HIGH_WATER and conn.publish_frame(frame, len(payload)):
+                    if self._io_idle:
+                        self._io_idle = False
+                        self._poke()
+                    return
+            finally:
+                lock.release()
+        self._publish(subject, payload, None, None)
+
     def _publish(self, subject: str, payload: bytes, reply: str | None, headers: HeadersInput | None) -> None:
         self._check_fork()
         conn = self._conn

@@ -13,7 +13,8 @@ subclass is raised when the server does not answer in time, a typed
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -28,6 +29,7 @@ from jscore.errors import (
 )
 from jscore.headers import HeadersInput
 from jscore.models import (
+    DeliverPolicy,
     AccountInfo,
     ConsumerConfig,
     ConsumerInfo,
@@ -43,6 +45,7 @@ from jscore.models import (
 )
 
 from .consumer import Consumer
+from .ordered import OrderedConsumer, ordered_options
 from .stream import Stream
 
 if TYPE_CHECKING:
@@ -126,6 +129,25 @@ class JetStream:
     def _call(self, subject: str, payload: bytes, type_: type[T], timeout: float | None) -> T:
         """Request and decode the reply into ``type_``; an error body raises its typed error."""
         return decode_response(self._request(subject, payload, timeout=timeout).data, type_)
+
+    # ------------------------------------------------------------------ ordered consumer
+
+    def ordered_consumer(
+        self,
+        stream: str,
+        *,
+        filter_subjects: str | Sequence[str] | None = None,
+        deliver_policy: DeliverPolicy | str | None = None,
+        opt_start_seq: int | None = None,
+        opt_start_time: datetime | None = None,
+        headers_only: bool = False,
+    ) -> OrderedConsumer:
+        """An ordered consumer of ``stream``: every message (of the filters) once, in stream
+        order, with no acks, surviving gaps, lost consumers and reconnects. Nothing is created
+        on the server before the first fetch, next, consume or messages."""
+        jsapi.check_stream_name(stream)
+        opts = ordered_options(filter_subjects, deliver_policy, opt_start_seq, opt_start_time, headers_only)
+        return OrderedConsumer(self, stream, opts)
 
     # ------------------------------------------------------------------ account
 

@@ -148,7 +148,7 @@ class JsMsg(Msg):
             raise MsgAlreadyAckedError("a terminal acknowledgement was already sent for this message")
         self._ack_state = _ACK_DONE if terminal else _ACK_PROGRESS
         try:
-            client.publish(reply, body)
+            client._publish_to_reply(reply, body)
         except BaseException:
             self._ack_state = before
             raise

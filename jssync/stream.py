@@ -27,6 +27,7 @@ from jscore.models import (
 )
 
 if TYPE_CHECKING:
+    from .ordered import OrderedConsumer
     from .consumer import Consumer
     from .jetstream import JetStream
 
@@ -183,3 +184,7 @@ class Stream:
 
     def consumer_names(self, *, timeout: float | None = None) -> Iterator[str]:
         return self._js.consumer_names(self._name, timeout=timeout)
+
+    def ordered_consumer(self, **options: Any) -> OrderedConsumer:
+        """An ordered consumer of this stream (see :meth:`JetStream.ordered_consumer`)."""
+        return self._js.ordered_consumer(self._name, **options)

@@ -1,0 +1,1291 @@
+"""The pull engine of ADR-37, sans-IO: pull requests, the status table, fetch and consume.
+
+Everything a pull consumer decides lives here; jssync only moves bytes and threads:
+
+* :func:`build_pull_request` is THE one function that builds a ``CONSUMER.MSG.NEXT`` body;
+  :func:`pull_subject` gives the subject it is published to (with the machine's inbox as reply).
+* :data:`STATUS_TABLE` is the status table: one literal tuple of :class:`StatusRule` rows, one
+  per JetStream status line a pull can receive, matched by code and exact description prefix
+  (:func:`classify_status`). What consume and fetch do with each status is data, enumerated by
+  the tests and by ``tools/gen_conformance.py``, which writes ``docs/conformance.md`` from it.
+* :func:`resolve_consume_options` / :func:`resolve_fetch_options` apply the reference defaults
+  and refuse invalid options with :class:`InvalidOptionError` before anything is sent.
+* :class:`FetchMachine` (fetch and next) and :class:`ConsumeMachine` (consume) are the state
+  machines. They speak the core contract of DESIGN.md: ``receive_msg(msg, now)`` for every
+  message of the machine's inbox subscription (already parsed: a :class:`MsgReceived`),
+  ``handle(command, now)`` for the application and the connection, ``handle_timeout(now)``,
+  ``next_deadline()`` (pure) and ``next_event()``. Pull requests leave as
+  :class:`PullRequested` events, for the transport to publish.
+
+How a transport drives a machine (the same for both):
+
+1. create it (it queues the first :class:`PullRequested` at once) and subscribe its inbox;
+2. publish the ``body`` of every :class:`PullRequested` to :func:`pull_subject` with the inbox
+   as the reply subject; publish an empty message to the ``reply`` of every
+   :class:`FlowControlReplyRequested`;
+3. feed every message of the inbox to ``receive_msg``; hand every :class:`MessageDelivered` to
+   the user; report each message the user took from the local queue with
+   ``handle(MessagesTaken(count, size))`` (consume only);
+4. report ``ConnectionLost`` / ``ConnectionRestored`` / ``ConnectionClosed``; call
+   ``handle_timeout(now)`` when ``next_deadline()`` passes;
+5. stop when :class:`FetchFinished` / :class:`ConsumeTerminated` comes out: nothing is delivered
+   after it, late messages are ignored (and must not be acked: they are redelivered).
+
+An exception escaping a machine poisons it: every later call raises
+:class:`LocalProtocolError`. Malformed server input (pending headers that are not numbers, an
+unknown status) never raises: it is classified or ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections import deque
+from typing import Final, NoReturn, Union
+
+import msgspec
+
+from .errors import (
+    ConnectionLostError,
+    ConsumerDeletedError,
+    ConsumerIsPushBasedError,
+    InvalidOptionError,
+    LocalProtocolError,
+    MaxBytesExceededError,
+    NatsError,
+    NoHeartbeatError,
+    PullBadRequestError,
+    PullNoRespondersError,
+    PullRequestLimitError,
+    PullStatusError,
+)
+from .headers import Headers
+from .jsapi import check_consumer_name, check_group_name, check_stream_name
+from .protocol import MsgReceived
+
+__all__ = [
+    # wire
+    "NATS_PENDING_MESSAGES",
+    "NATS_PENDING_BYTES",
+    "NATS_PIN_ID",
+    "BYTES_MODE_BATCH",
+    "build_pull_request",
+    "pull_subject",
+    # status table
+    "Disposition",
+    "CONSUME_DISPOSITIONS",
+    "FETCH_DISPOSITIONS",
+    "DISPOSITION_TEXT",
+    "StatusRule",
+    "STATUS_TABLE",
+    "UNKNOWN_STATUS",
+    "classify_status",
+    "status_error",
+    "pending_from_headers",
+    # options
+    "DEFAULT_MAX_MESSAGES",
+    "DEFAULT_EXPIRES",
+    "NO_WAIT_TIMEOUT",
+    "ConsumeOptions",
+    "FetchOptions",
+    "resolve_consume_options",
+    "resolve_fetch_options",
+    "fetch_grace",
+    # commands
+    "Stop",
+    "Drain",
+    "ConnectionLost",
+    "ConnectionRestored",
+    "ConnectionClosed",
+    "MessagesTaken",
+    "PullCommand",
+    # events
+    "PullRequested",
+    "MessageDelivered",
+    "FlowControlReplyRequested",
+    "HeartbeatMissed",
+    "StatusWarning",
+    "PinIdChanged",
+    "PinIdCleared",
+    "FetchFinished",
+    "ConsumeTerminated",
+    "PullEvent",
+    # machines
+    "PullState",
+    "FetchMachine",
+    "ConsumeMachine",
+]
+
+NATS_PENDING_MESSAGES: Final = "Nats-Pending-Messages"
+NATS_PENDING_BYTES: Final = "Nats-Pending-Bytes"
+NATS_PIN_ID: Final = "Nats-Pin-Id"
+
+BYTES_MODE_BATCH: Final = 1_000_000
+"""The batch of a pull limited by bytes: a large number, because the server delivers only ONE
+message when a request has no batch (ADR-37)."""
+
+_NS: Final = 1_000_000_000
+_MAX_COUNT: Final = 2**31 - 1  # batch-like counts must fit a signed 32-bit int
+_MAX_BYTES: Final = 2**63 - 1
+_MAX_HEADER_DIGITS: Final = 20  # 2**64 has 20 digits; longer is garbage, not a count
+
+
+def _fail(message: str) -> NoReturn:
+    raise InvalidOptionError(message)
+
+
+# ============================================================================ the wire
+
+
+class _PullRequest(msgspec.Struct, omit_defaults=True):
+    # Field order IS the wire order; zero values are omitted (the server's defaults).
+    expires: int = 0
+    batch: int = 0
+    max_bytes: int = 0
+    no_wait: bool = False
+    idle_heartbeat: int = 0
+    group: str = ""
+    min_pending: int = 0
+    min_ack_pending: int = 0
+    id: str = ""
+    priority: int = 0
+
+
+_encode_request = msgspec.json.Encoder().encode
+
+
+def _count(name: str, value: object, minimum: int = 1, maximum: int = _MAX_COUNT) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        _fail(f"{name} must be >= {minimum}, got {value}")
+    if value > maximum:
+        _fail(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not math.isfinite(value):
+        _fail(f"{name} must be a finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def _ns(seconds: float) -> int:
+    return round(seconds * _NS)
+
+
+def _pin(value: object) -> str:
+    if not isinstance(value, str) or not value or not value.isprintable() or value != value.strip():
+        _fail(f"invalid pin id {value!r}")
+    return value
+
+
+def build_pull_request(
+    *,
+    batch: int,
+    max_bytes: int | None = None,
+    expires: float | None = None,
+    heartbeat: float | None = None,
+    no_wait: bool = False,
+    group: str | None = None,
+    min_pending: int | None = None,
+    min_ack_pending: int | None = None,
+    pin_id: str | None = None,
+    priority: int | None = None,
+) -> bytes:
+    """The JSON body of a ``CONSUMER.MSG.NEXT`` pull request: the only place one is built.
+
+    Keys in the server's order ``expires, batch, max_bytes, no_wait, idle_heartbeat, group,
+    min_pending, min_ack_pending, id, priority``; None and zero values are omitted (they are
+    the server's defaults); durations are float seconds here and integer nanoseconds on the
+    wire. Checks what the server would refuse (batch < 1, ``2 * heartbeat > expires``, a bad
+    group name, priority outside 0-9) and raises :class:`InvalidOptionError` instead.
+    """
+    req = _PullRequest(batch=_count("batch", batch))
+    if max_bytes:
+        req.max_bytes = _count("max_bytes", max_bytes, 0, _MAX_BYTES)
+    exp = 0.0
+    if expires:
+        exp = _seconds("expires", expires)
+        if exp < 0:
+            _fail(f"expires must be >= 0 seconds, got {expires!r}")
+        req.expires = _ns(exp)
+    if no_wait:
+        req.no_wait = True
+    if heartbeat:
+        hb = _seconds("heartbeat", heartbeat)
+        if hb < 0:
+            _fail(f"heartbeat must be >= 0 seconds, got {heartbeat!r}")
+        if 2 * hb > exp:
+            _fail(f"heartbeat {hb} s needs expires >= 2 * heartbeat (the server refuses it otherwise)")
+        req.idle_heartbeat = _ns(hb)
+    if group is not None:
+        req.group = check_group_name(group)
+    if min_pending:
+        req.min_pending = _count("min_pending", min_pending, 0, _MAX_BYTES)
+    if min_ack_pending:
+        req.min_ack_pending = _count("min_ack_pending", min_ack_pending, 0, _MAX_BYTES)
+    if pin_id is not None:
+        req.id = _pin(pin_id)
+    if priority:
+        req.priority = _count("priority", priority, 0, 9)
+    if (req.min_pending or req.min_ack_pending or req.id or req.priority) and not req.group:
+        _fail("min_pending, min_ack_pending, pin id and priority need a priority group")
+    return _encode_request(req)
+
+
+def pull_subject(api_prefix: str, stream: str, consumer: str) -> str:
+    """``<prefix>CONSUMER.MSG.NEXT.<stream>.<consumer>``; ``api_prefix`` ends with a dot
+    (:func:`jscore.jsapi.api_prefix`). Names are validated (ADR-6)."""
+    return f"{api_prefix}CONSUMER.MSG.NEXT.{check_stream_name(stream)}.{check_consumer_name(consumer)}"
+
+
+# ============================================================================ status table
+
+
+class Disposition(enum.Enum):
+    """What a machine does with a status. Consume and fetch have their own values (a fetch
+    never re-pulls, a consume never "ends, no error"); HEARTBEAT and FLOW_CONTROL are both's."""
+
+    HEARTBEAT = "heartbeat"
+    FLOW_CONTROL = "flow_control"
+    # consume
+    REPULL = "repull"
+    RESET_REPULL = "reset_repull"
+    WARN_REPULL = "warn_repull"
+    WARN_NO_SPIN = "warn_no_spin"
+    WARNING = "warning"
+    CLEAR_PIN_REPULL = "clear_pin_repull"
+    RETRY_BACKOFF = "retry_backoff"
+    TERMINAL = "terminal"
+    # fetch / next
+    END = "end"
+    END_ERROR = "end_error"
+    END_ERROR_IF_EMPTY = "end_error_if_empty"
+    END_CLEAR_PIN = "end_clear_pin"
+
+
+D = Disposition
+
+CONSUME_DISPOSITIONS: Final = frozenset(
+    {
+        D.HEARTBEAT,
+        D.FLOW_CONTROL,
+        D.REPULL,
+        D.RESET_REPULL,
+        D.WARN_REPULL,
+        D.WARN_NO_SPIN,
+        D.WARNING,
+        D.CLEAR_PIN_REPULL,
+        D.RETRY_BACKOFF,
+        D.TERMINAL,
+    }
+)
+FETCH_DISPOSITIONS: Final = frozenset(
+    {D.HEARTBEAT, D.FLOW_CONTROL, D.END, D.END_ERROR, D.END_ERROR_IF_EMPTY, D.END_CLEAR_PIN}
+)
+
+DISPOSITION_TEXT: Final[dict[Disposition, str]] = {
+    D.HEARTBEAT: "activity only: resets the heartbeat watchdog",
+    D.FLOW_CONTROL: "reply with an empty message to its reply subject",
+    D.REPULL: "subtract pending; re-pull when at or under the threshold",
+    D.RESET_REPULL: "reset pending to 0; re-pull at once",
+    D.WARN_REPULL: "subtract pending; warning; re-pull when at or under the threshold",
+    D.WARN_NO_SPIN: "subtract pending; warning (once until a message is delivered); "
+    "no pull for `expires` seconds (no spin)",
+    D.WARNING: "warning; no re-pull of its own (the pull was refused and has no pending "
+    "headers: the heartbeat watchdog recovers)",
+    D.CLEAR_PIN_REPULL: "clear the pin id; subtract pending (all of it without pending headers); "
+    "re-pull without `id`",
+    D.RETRY_BACKOFF: "warning; pending reset; retry with backoff; ends after K consecutive (default 3)",
+    D.TERMINAL: "consume ends with the error",
+    D.END: "ends, no error",
+    D.END_ERROR: "ends with the error",
+    D.END_ERROR_IF_EMPTY: "ends; error only if no message arrived",
+    D.END_CLEAR_PIN: "ends, no error; pin id cleared",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class StatusRule:
+    """One row of the status table.
+
+    ``code`` None is the catch-all row of unknown codes. ``description_prefix`` is matched with
+    ``str.startswith`` against the description exactly as the server sends it (case included;
+    never a substring search): ``""`` matches any description. ``error`` is the error type the
+    status is reported as, when it is reported (a terminal end, a fetch error, a warning).
+    """
+
+    code: int | None
+    description_prefix: str
+    consume: Disposition
+    fetch: Disposition
+    error: type[NatsError] | None
+    note: str
+
+
+R = StatusRule
+
+# Rows of one code are tried in order: specific prefixes first, the code's catch-all ("") last.
+# Descriptions checked against nats-server server/consumer.go and stream.go.
+STATUS_TABLE: Final[tuple[StatusRule, ...]] = (
+    R(100, "Idle Heartbeat", D.HEARTBEAT, D.HEARTBEAT, None,
+      "Sent every idle_heartbeat while a pull waits; no reply subject."),
+    R(100, "FlowControl Request", D.FLOW_CONTROL, D.FLOW_CONTROL, None,
+      "Push-consumer flow control; answered anyway if it ever reaches a pull inbox."),
+    R(100, "", D.HEARTBEAT, D.HEARTBEAT, None,
+      "Any other control message: counts as activity, nothing else."),
+    R(404, "No Messages", D.REPULL, D.END, None,
+      "A no_wait (or expires-less) pull found nothing."),
+    R(404, "", D.REPULL, D.END, None,
+      "Any other 404 is read as 'no messages'."),
+    R(408, "Request Timeout", D.REPULL, D.END, None,
+      "The pull expired; carries Nats-Pending-Messages / Nats-Pending-Bytes."),
+    R(408, "Interest Expired", D.REPULL, D.END, None,
+      "The reply subject lost interest (cross-account); carries pending headers."),
+    R(408, "", D.REPULL, D.END, None,
+      "Any other 408, e.g. 'Requests Pending' of a no_wait pull."),
+    R(409, "Message Size Exceeds MaxBytes", D.WARN_NO_SPIN, D.END_ERROR_IF_EMPTY, MaxBytesExceededError,
+      "The next message is larger than the pull's remaining max_bytes; carries pending headers."),
+    R(409, "Batch Completed", D.REPULL, D.END, None,
+      "The batch was filled before max_bytes; carries pending headers."),
+    R(409, "Leadership Change", D.RESET_REPULL, D.END, None,
+      "The consumer leader moved; no pending headers, so pending restarts from 0 (nats.go#2063)."),
+    R(409, "Server Shutdown", D.WARN_REPULL, D.END, None,
+      "The server is going down; carries pending headers."),
+    R(409, "Exceeded MaxWaiting", D.WARNING, D.END_ERROR, PullRequestLimitError,
+      "Too many pulls waiting on the consumer (max_waiting)."),
+    R(409, "Exceeded MaxRequestBatch", D.WARNING, D.END_ERROR, PullRequestLimitError,
+      "'Exceeded MaxRequestBatch of N': batch above the consumer's max_batch."),
+    R(409, "Exceeded MaxRequestExpires", D.WARNING, D.END_ERROR, PullRequestLimitError,
+      "'Exceeded MaxRequestExpires of D': expires above the consumer's max_expires."),
+    R(409, "Exceeded MaxRequestMaxBytes", D.WARNING, D.END_ERROR, PullRequestLimitError,
+      "'Exceeded MaxRequestMaxBytes of N': max_bytes above the consumer's max_bytes."),
+    R(409, "Consumer Deleted", D.TERMINAL, D.END_ERROR, ConsumerDeletedError,
+      "The consumer was deleted while the pull waited."),
+    R(409, "Consumer is push based", D.TERMINAL, D.END_ERROR, ConsumerIsPushBasedError,
+      "Pulls sent to a push consumer (terminal in ADR-37)."),
+    R(409, "", D.TERMINAL, D.END_ERROR, PullStatusError,
+      "Any other 409: unknown to this client, so not retried."),
+    R(400, "Bad Request", D.TERMINAL, D.END_ERROR, PullBadRequestError,
+      "'Bad Request - <reason>': the server refused the request."),
+    R(423, "Nats-Wrong-Pin-Id", D.CLEAR_PIN_REPULL, D.END_CLEAR_PIN, None,
+      "A waiting pull's pin id lost the pin (priority groups, ADR-42); carries pending headers."),
+    R(423, "Nats-Pin-Id mismatch", D.CLEAR_PIN_REPULL, D.END_CLEAR_PIN, None,
+      "A new pull carried a pin id that is not the pinned one; no pending headers."),
+    R(423, "", D.CLEAR_PIN_REPULL, D.END_CLEAR_PIN, None,
+      "Any other 423 is read as a pin id mismatch."),
+    R(503, "", D.RETRY_BACKOFF, D.END_ERROR, PullNoRespondersError,
+      "No responders: nothing serves the consumer's MSG.NEXT subject (consumer, stream or "
+      "JetStream gone or not ready)."),
+    R(None, "", D.TERMINAL, D.END_ERROR, PullStatusError,
+      "Any other status code (e.g. 412 Required Api Level): unknown, so not retried."),
+)
+
+UNKNOWN_STATUS: Final = STATUS_TABLE[-1]
+
+_BY_CODE: Final[dict[int, tuple[StatusRule, ...]]] = {}
+for _rule in STATUS_TABLE:
+    if _rule.code is not None:
+        _BY_CODE[_rule.code] = _BY_CODE.get(_rule.code, ()) + (_rule,)
+del _rule
+
+
+def classify_status(code: int, description: str | None) -> StatusRule:
+    """The row of a status line: the first row of ``code`` whose prefix starts
+    ``description`` (case-sensitive), else :data:`UNKNOWN_STATUS`."""
+    desc = description or ""
+    for rule in _BY_CODE.get(code, ()):
+        if desc.startswith(rule.description_prefix):
+            return rule
+    return UNKNOWN_STATUS
+
+
+def status_error(rule: StatusRule, code: int, description: str | None) -> NatsError:
+    """The error a status is reported as: ``rule.error`` (or :class:`PullStatusError`)."""
+    cls = rule.error or PullStatusError
+    desc = description or ""
+    if issubclass(cls, (PullStatusError, PullNoRespondersError)):
+        return cls(code, desc)
+    return cls(f"pull ended with status {code} {desc}".rstrip())
+
+
+def _header_count(headers: Headers, key: str) -> int | None:
+    value = headers.get(key)
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > _MAX_HEADER_DIGITS:
+        return None  # absent, negative, not a number: ignored, never an exception
+    return int(value)
+
+
+def pending_from_headers(headers: Headers | None) -> tuple[int | None, int | None]:
+    """``(Nats-Pending-Messages, Nats-Pending-Bytes)`` of a status; None where absent or not
+    a non-negative decimal number (garbage is ignored rather than trusted)."""
+    if not headers:
+        return None, None
+    return _header_count(headers, NATS_PENDING_MESSAGES), _header_count(headers, NATS_PENDING_BYTES)
+
+
+# ============================================================================ options
+
+DEFAULT_MAX_MESSAGES: Final = 500
+DEFAULT_EXPIRES: Final = 30.0
+MIN_CONSUME_EXPIRES: Final = 1.0
+MIN_HEARTBEAT: Final = 0.5
+MAX_HEARTBEAT: Final = 30.0
+FETCH_DEFAULT_HEARTBEAT: Final = 5.0
+FETCH_HEARTBEAT_FROM: Final = 10.0  # fetch uses heartbeats by default only from this expires on
+NO_WAIT_TIMEOUT: Final = 5.0
+"""Client timer of a no_wait fetch without expires: the server answers at once (messages, then
+404/408), so this only guards against a lost answer."""
+DEFAULT_NO_RESPONDERS_LIMIT: Final = 3
+DEFAULT_NO_RESPONDERS_BACKOFF: Final = 1.0
+MAX_NO_RESPONDERS_BACKOFF: Final = 10.0
+
+
+class ConsumeOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """Resolved consume options (:func:`resolve_consume_options`). ``max_bytes`` 0 means the
+    buffer is counted in messages; otherwise in bytes, and ``max_messages`` is the fixed
+    :data:`BYTES_MODE_BATCH` of every pull."""
+
+    max_messages: int
+    max_bytes: int
+    expires: float
+    heartbeat: float
+    threshold_messages: int
+    threshold_bytes: int
+    group: str | None = None
+    min_pending: int = 0
+    min_ack_pending: int = 0
+    priority: int = 0
+    pin_id: str | None = None
+    no_responders_limit: int = DEFAULT_NO_RESPONDERS_LIMIT
+    no_responders_backoff: float = DEFAULT_NO_RESPONDERS_BACKOFF
+
+    @property
+    def by_bytes(self) -> bool:
+        return self.max_bytes > 0
+
+
+class FetchOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """Resolved fetch / next options (:func:`resolve_fetch_options`). ``expires`` 0: a
+    no_wait pull without expiry; ``heartbeat`` 0: no heartbeats; ``max_bytes`` 0: no byte
+    limit. ``client_timeout`` is the client's own timer, longer than the server's expiry."""
+
+    batch: int
+    max_bytes: int
+    expires: float
+    heartbeat: float
+    no_wait: bool
+    client_timeout: float
+    group: str | None = None
+    min_pending: int = 0
+    min_ack_pending: int = 0
+    priority: int = 0
+    pin_id: str | None = None
+
+
+def _priority_options(
+    group: str | None,
+    min_pending: int | None,
+    min_ack_pending: int | None,
+    priority: int | None,
+    pin_id: str | None,
+) -> tuple[str | None, int, int, int, str | None]:
+    g = check_group_name(group) if group is not None else None
+    mp = _count("min_pending", min_pending, 0, _MAX_BYTES) if min_pending is not None else 0
+    map_ = _count("min_ack_pending", min_ack_pending, 0, _MAX_BYTES) if min_ack_pending is not None else 0
+    pr = _count("priority", priority, 0, 9) if priority is not None else 0
+    pin = _pin(pin_id) if pin_id is not None else None
+    if g is None and (min_pending is not None or min_ack_pending is not None or priority is not None or pin):
+        _fail("min_pending, min_ack_pending, priority and pin_id need a priority group (group=...)")
+    return g, mp, map_, pr, pin
+
+
+def _heartbeat(value: object, expires: float) -> float:
+    hb = _seconds("heartbeat", value)
+    if not MIN_HEARTBEAT <= hb <= MAX_HEARTBEAT:
+        _fail(f"invalid heartbeat {hb} s: must lie in [{MIN_HEARTBEAT}, {MAX_HEARTBEAT}] s")
+    if hb > expires / 2:
+        _fail(f"invalid heartbeat {hb} s: must be <= expires / 2 = {expires / 2} s")
+    return hb
+
+
+def resolve_consume_options(
+    max_messages: int | None = None,
+    max_bytes: int | None = None,
+    expires: float = DEFAULT_EXPIRES,
+    heartbeat: float | None = None,
+    threshold_messages: int | None = None,
+    threshold_bytes: int | None = None,
+    group: str | None = None,
+    min_pending: int | None = None,
+    min_ack_pending: int | None = None,
+    priority: int | None = None,
+    pin_id: str | None = None,
+    no_responders_limit: int = DEFAULT_NO_RESPONDERS_LIMIT,
+    no_responders_backoff: float = DEFAULT_NO_RESPONDERS_BACKOFF,
+) -> ConsumeOptions:
+    """Consume options with ADR-37's defaults (those of nats.go's pull.go), validated.
+
+    * max_messages 500 when neither limit is given; max_messages and max_bytes exclude each
+      other; max_bytes alone counts the buffer in bytes with a batch of 1,000,000 per pull.
+    * expires 30 s, at least 1 s. heartbeat = expires / 2 capped at 30 s; an explicit one must
+      lie in [0.5, 30] s and be <= expires / 2.
+    * threshold_messages = ceil(50% of max_messages), threshold_bytes = ceil(50% of
+      max_bytes); a threshold above its limit is an error, and so is the threshold of the
+      limit not in use (it would be silently ignored).
+    * ``no_responders_limit`` (K): consecutive 503s after which the consume ends;
+      ``no_responders_backoff``: the first retry delay, doubled per 503, capped at 10 s.
+    """
+    if max_messages is not None and max_bytes is not None:
+        _fail("max_messages and max_bytes exclude each other (ADR-37): give one")
+    exp = _seconds("expires", expires)
+    if exp < MIN_CONSUME_EXPIRES:
+        _fail(f"expires must be >= {MIN_CONSUME_EXPIRES} s for consume, got {expires!r}")
+    hb = min(exp / 2, MAX_HEARTBEAT) if heartbeat is None else _heartbeat(heartbeat, exp)
+    if max_bytes is not None:
+        mb = _count("max_bytes", max_bytes, 1, _MAX_BYTES)
+        if threshold_messages is not None:
+            _fail("threshold_messages applies to max_messages; with max_bytes use threshold_bytes")
+        tb = math.ceil(mb / 2) if threshold_bytes is None else _count("threshold_bytes", threshold_bytes, 0, _MAX_BYTES)
+        if tb > mb:
+            _fail(f"threshold_bytes {tb} is above max_bytes {mb}")
+        mm, tm = BYTES_MODE_BATCH, 0
+    else:
+        mm = DEFAULT_MAX_MESSAGES if max_messages is None else _count("max_messages", max_messages)
+        if threshold_bytes is not None:
+            _fail("threshold_bytes applies to max_bytes; with max_messages use threshold_messages")
+        tm = math.ceil(mm / 2) if threshold_messages is None else _count("threshold_messages", threshold_messages, 0)
+        if tm > mm:
+            _fail(f"threshold_messages {tm} is above max_messages {mm}")
+        mb, tb = 0, 0
+    g, mp, map_, pr, pin = _priority_options(group, min_pending, min_ack_pending, priority, pin_id)
+    limit = _count("no_responders_limit", no_responders_limit, 1)
+    backoff = _seconds("no_responders_backoff", no_responders_backoff)
+    if backoff <= 0:
+        _fail(f"no_responders_backoff must be > 0 seconds, got {no_responders_backoff!r}")
+    return ConsumeOptions(
+        max_messages=mm,
+        max_bytes=mb,
+        expires=exp,
+        heartbeat=hb,
+        threshold_messages=tm,
+        threshold_bytes=tb,
+        group=g,
+        min_pending=mp,
+        min_ack_pending=map_,
+        priority=pr,
+        pin_id=pin,
+        no_responders_limit=limit,
+        no_responders_backoff=backoff,
+    )
+
+
+def fetch_grace(expires: float) -> float:
+    """How much longer than the server's expiry the client waits for a fetch's end.
+
+    The server starts its expiry clock when it RECEIVES the pull, so the client timer must be
+    strictly longer than ``expires`` or the server could still deliver to a pull the client
+    gave up (those messages would only come back after ack_wait). 10% of expires, at least
+    0.25 s (a round trip on a busy link) and at most 5 s (a lost 408 must not hold ``next()``
+    much longer than asked). Normally the server's 408 ends the fetch first.
+    """
+    return min(max(0.25, 0.1 * expires), 5.0)
+
+
+def resolve_fetch_options(
+    max_messages: int | None = None,
+    max_bytes: int | None = None,
+    expires: float | None = None,
+    heartbeat: float | None = None,
+    no_wait: bool = False,
+    group: str | None = None,
+    min_pending: int | None = None,
+    min_ack_pending: int | None = None,
+    priority: int | None = None,
+    pin_id: str | None = None,
+) -> FetchOptions:
+    """Fetch / next options, validated. ``next()`` is ``max_messages=1``.
+
+    * At least one of max_messages / max_bytes (ADR-37). max_bytes alone sends a batch of
+      1,000,000 with ``max_bytes``; both together send both (the server honours both).
+    * expires: 30 s when None; any positive number (no 1 s floor: short polls are legitimate).
+      ``no_wait`` without expires sends ``{"batch": n, "no_wait": true}`` and uses a short
+      client timer (:data:`NO_WAIT_TIMEOUT`); with expires the server waits up to expires but
+      answers as soon as it has anything.
+    * heartbeat: 5 s by default only when expires >= 10 s; explicit values in [0.5, 30] s and
+      <= expires / 2; ``heartbeat=0`` switches them off; none for a no_wait pull without expires.
+    """
+    if not isinstance(no_wait, bool):
+        _fail(f"no_wait must be a bool, got {type(no_wait).__name__}")
+    if max_messages is None and max_bytes is None:
+        _fail("fetch needs max_messages or max_bytes (ADR-37: at least one is required)")
+    mb = 0 if max_bytes is None else _count("max_bytes", max_bytes, 1, _MAX_BYTES)
+    batch = BYTES_MODE_BATCH if max_messages is None else _count("max_messages", max_messages)
+    if expires is None:
+        exp = 0.0 if no_wait else DEFAULT_EXPIRES
+    else:
+        exp = _seconds("expires", expires)
+        if exp <= 0:
+            _fail(f"expires must be > 0 seconds, got {expires!r}")
+    if heartbeat is None:
+        hb = FETCH_DEFAULT_HEARTBEAT if exp >= FETCH_HEARTBEAT_FROM else 0.0
+    elif _seconds("heartbeat", heartbeat) == 0:
+        hb = 0.0
+    elif exp == 0:
+        _fail("a no_wait fetch without expires has no heartbeats")
+    else:
+        hb = _heartbeat(heartbeat, exp)
+    g, mp, map_, pr, pin = _priority_options(group, min_pending, min_ack_pending, priority, pin_id)
+    timeout = NO_WAIT_TIMEOUT if exp == 0 else exp + fetch_grace(exp)
+    return FetchOptions(
+        batch=batch,
+        max_bytes=mb,
+        expires=exp,
+        heartbeat=hb,
+        no_wait=no_wait,
+        client_timeout=timeout,
+        group=g,
+        min_pending=mp,
+        min_ack_pending=map_,
+        priority=pr,
+        pin_id=pin,
+    )
+
+
+# ============================================================================ commands
+
+
+class Stop(msgspec.Struct, frozen=True, kw_only=True):
+    """End now: nothing is delivered after this (the transport drops its local queue)."""
+
+
+class Drain(msgspec.Struct, frozen=True, kw_only=True):
+    """Consume: send no more pulls, keep delivering what arrives, end once the local buffer
+    is empty (``MessagesTaken`` brings it to 0). The transport should unsubscribe the inbox so
+    that only messages already in flight arrive. A fetch treats it as :class:`Stop`."""
+
+
+class ConnectionLost(msgspec.Struct, frozen=True, kw_only=True):
+    """The connection dropped (it may come back). Consume pauses (no pull, no heartbeat
+    watchdog); a fetch ends with :class:`ConnectionLostError`."""
+
+    error: Exception | None = None
+
+
+class ConnectionRestored(msgspec.Struct, frozen=True, kw_only=True):
+    """The connection is back and the inbox is subscribed again. Consume resets pending,
+    sends a fresh full pull and re-arms the watchdog. (Checking that the consumer still exists
+    is the transport's optional job, ADR-37.)"""
+
+
+class ConnectionClosed(msgspec.Struct, frozen=True, kw_only=True):
+    """The connection is closed for good: the machine ends with ``error``."""
+
+    error: Exception | None = None
+
+
+class MessagesTaken(msgspec.Struct, frozen=True, kw_only=True):
+    """Consume: the user took ``count`` delivered messages of ``size`` bytes in total (the sum
+    of their ``MsgReceived.size``) from the local queue, so they no longer count against
+    max_messages / max_bytes."""
+
+    count: int = 1
+    size: int = 0
+
+
+PullCommand = Union[Stop, Drain, ConnectionLost, ConnectionRestored, ConnectionClosed, MessagesTaken]
+
+
+# ============================================================================ events
+
+
+class PullRequested(msgspec.Struct, frozen=True, kw_only=True):
+    """Publish ``body`` to :func:`pull_subject` with the machine's inbox as reply subject.
+    ``batch`` and ``max_bytes`` are what the body asks for (0: no byte limit)."""
+
+    body: bytes
+    batch: int
+    max_bytes: int
+
+
+class MessageDelivered(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A user message for the application (the only per-message event)."""
+
+    msg: MsgReceived
+
+
+class FlowControlReplyRequested(msgspec.Struct, frozen=True, kw_only=True):
+    """Publish an empty message to ``reply`` (answer to a '100 FlowControl Request')."""
+
+    reply: str
+
+
+class HeartbeatMissed(msgspec.Struct, frozen=True, kw_only=True):
+    """Consume: nothing arrived for 2 x idle_heartbeat while a pull was outstanding. Not
+    terminal: pending was reset and a fresh pull sent. ``error`` is for an error callback."""
+
+    idle_for: float
+    error: NoHeartbeatError
+
+
+class StatusWarning(msgspec.Struct, frozen=True, kw_only=True):
+    """Consume: a status worth telling the user about that does not end the consume."""
+
+    code: int
+    description: str
+    error: NatsError
+
+
+class PinIdChanged(msgspec.Struct, frozen=True, kw_only=True):
+    """A user message carried a new ``Nats-Pin-Id``: later pulls send it as ``id`` (ADR-42).
+    A fetch's transport stores it for the consumer's next fetch."""
+
+    pin_id: str
+
+
+class PinIdCleared(msgspec.Struct, frozen=True, kw_only=True):
+    """A 423 said the pin id is not (or no longer) the pinned one; it was dropped and later
+    pulls go without ``id``."""
+
+    code: int
+    description: str
+
+
+class FetchFinished(msgspec.Struct, frozen=True, kw_only=True):
+    """The fetch is over: ``delivered`` messages came; ``error`` None is a normal end (batch
+    or bytes reached, a 404/408, the client timer); ``status`` is the code that ended it, if
+    any. ``next()`` raises a TimeoutError subclass when nothing was delivered and there is no
+    error: that is the transport's call."""
+
+    error: NatsError | None
+    reason: str
+    delivered: int
+    status: int | None = None
+
+
+class ConsumeTerminated(msgspec.Struct, frozen=True, kw_only=True):
+    """The consume is over (stop, drain done, terminal status, K no-responders, closed
+    connection); ``error`` None for the user's own stop or drain."""
+
+    error: NatsError | Exception | None
+    reason: str
+
+
+PullEvent = Union[
+    PullRequested,
+    MessageDelivered,
+    FlowControlReplyRequested,
+    HeartbeatMissed,
+    StatusWarning,
+    PinIdChanged,
+    PinIdCleared,
+    FetchFinished,
+    ConsumeTerminated,
+]
+
+
+# ============================================================================ machines
+
+
+class PullState(enum.Enum):
+    RUNNING = "running"
+    DRAINING = "draining"
+    FINISHED = "finished"
+
+
+_RUNNING: Final = PullState.RUNNING
+_DRAINING: Final = PullState.DRAINING
+_FINISHED: Final = PullState.FINISHED
+
+
+def _unknown_command(command: NoReturn) -> NoReturn:
+    raise LocalProtocolError(f"unknown command {command!r}")
+
+
+def _last_pin(headers: Headers | None) -> str | None:
+    if not headers:
+        return None
+    values = headers.get_all(NATS_PIN_ID)
+    return values[-1] if values else None
+
+
+class _Machine:
+    """What fetch and consume share: the event queue and the poisoning."""
+
+    def __init__(self) -> None:
+        self._events: deque[PullEvent] = deque()
+        self._broken: BaseException | None = None
+        self.delivered = 0  # user messages delivered
+        self.ignored = 0  # messages that arrived after the end (never delivered)
+
+    def _check(self) -> None:
+        if self._broken is not None:
+            raise LocalProtocolError(f"pull machine is broken by an earlier error: {self._broken!r}")
+
+    def next_event(self) -> PullEvent | None:
+        """Pop the next event, or None."""
+        self._check()
+        return self._events.popleft() if self._events else None
+
+    def drain_events(self) -> list[PullEvent]:
+        """Every queued event at once (cheaper than ``next_event`` in a loop)."""
+        self._check()
+        events = list(self._events)
+        self._events.clear()
+        return events
+
+
+class FetchMachine(_Machine):
+    """One fetch (or next): one pull, its messages, one :class:`FetchFinished`.
+
+    Ends when the batch count or byte total is reached, on a status that ends a pull (see
+    the table's fetch column), when 2 x heartbeat pass without any message
+    (:class:`NoHeartbeatError`), on its client timer (``client_timeout`` after the start: no
+    error, with whatever arrived), on :class:`ConnectionLost` or :class:`Stop`. After the end
+    nothing more is delivered; late messages are counted in ``ignored``.
+    """
+
+    def __init__(self, options: FetchOptions, now: float) -> None:
+        super().__init__()
+        self.options = options
+        self.state = _RUNNING
+        self.delivered_bytes = 0
+        self.pin_id = options.pin_id
+        self._track_pin = options.group is not None
+        self._deadline = now + options.client_timeout
+        self._hb_window = 2 * options.heartbeat
+        self._last_seen = now
+        body = build_pull_request(
+            batch=options.batch,
+            max_bytes=options.max_bytes,
+            expires=options.expires,
+            heartbeat=options.heartbeat,
+            no_wait=options.no_wait,
+            group=options.group,
+            min_pending=options.min_pending,
+            min_ack_pending=options.min_ack_pending,
+            pin_id=options.pin_id,
+            priority=options.priority,
+        )
+        self._events.append(PullRequested(body=body, batch=options.batch, max_bytes=options.max_bytes))
+
+    @property
+    def finished(self) -> bool:
+        return self.state is _FINISHED
+
+    # ---------------------------------------------------------------- core contract
+
+    def next_deadline(self) -> float | None:
+        """The client timer or the heartbeat deadline, whichever is first. Pure."""
+        if self.state is _FINISHED:
+            return None
+        if self._hb_window:
+            return min(self._deadline, self._last_seen + self._hb_window)
+        return self._deadline
+
+    def handle_timeout(self, now: float) -> None:
+        self._check()
+        try:
+            if self.state is _FINISHED:
+                return
+            if now >= self._deadline:
+                self._finish(None, "client timer expired", None)
+            elif self._hb_window and now >= self._last_seen + self._hb_window:
+                err = NoHeartbeatError(
+                    f"no heartbeat or message for {now - self._last_seen:.3f} s "
+                    f"(idle_heartbeat {self.options.heartbeat} s)"
+                )
+                self._finish(err, "heartbeats missed", None)
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
+    def receive_msg(self, msg: MsgReceived, now: float) -> None:
+        """A message of the fetch's inbox (user message or status)."""
+        if self._broken is not None:
+            self._check()
+        try:
+            if self.state is _FINISHED:
+                self.ignored += 1
+                return
+            self._last_seen = now
+            if msg.status is None:
+                self.delivered += 1
+                self.delivered_bytes += msg.size
+                if self._track_pin:
+                    pin = _last_pin(msg.headers)
+                    if pin is not None and pin != self.pin_id:
+                        self.pin_id = pin
+                        self._events.append(PinIdChanged(pin_id=pin))
+                self._events.append(MessageDelivered(msg=msg))
+                opts = self.options
+                if self.delivered >= opts.batch:
+                    self._finish(None, "batch complete", None)
+                elif opts.max_bytes and self.delivered_bytes >= opts.max_bytes:
+                    self._finish(None, "max_bytes reached", None)
+                return
+            self._on_status(msg)
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
+    def handle(self, command: PullCommand, now: float) -> None:
+        self._check()
+        try:
+            match command:
+                case Stop() | Drain():
+                    if self.state is not _FINISHED:
+                        self._finish(None, "stopped", None)
+                case ConnectionLost(error=error) | ConnectionClosed(error=error):
+                    if self.state is not _FINISHED:
+                        err = ConnectionLostError("the connection was lost while the fetch was in flight")
+                        err.__cause__ = error
+                        self._finish(err, "connection lost", None)
+                case ConnectionRestored() | MessagesTaken():
+                    pass  # a fetch ended on the loss already; it has no local buffer to track
+                case _:
+                    _unknown_command(command)
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
+    # ---------------------------------------------------------------- internals
+
+    def _on_status(self, msg: MsgReceived) -> None:
+        code = msg.status
+        assert code is not None
+        desc = msg.description or ""
+        rule = classify_status(code, desc)
+        what = f"{code} {desc}".rstrip()
+        match rule.fetch:
+            case D.HEARTBEAT:
+                pass
+            case D.FLOW_CONTROL:
+                if msg.reply:
+                    self._events.append(FlowControlReplyRequested(reply=msg.reply))
+            case D.END:
+                self._finish(None, what, code)
+            case D.END_ERROR:
+                self._finish(status_error(rule, code, desc), what, code)
+            case D.END_ERROR_IF_EMPTY:
+                self._finish(status_error(rule, code, desc) if self.delivered == 0 else None, what, code)
+            case D.END_CLEAR_PIN:
+                if self.pin_id is not None:
+                    self.pin_id = None
+                    self._events.append(PinIdCleared(code=code, description=desc))
+                self._finish(None, what, code)
+            case _:
+                raise LocalProtocolError(f"status table: {rule.fetch} is not a fetch disposition")
+
+    def _finish(self, error: NatsError | None, reason: str, status: int | None) -> None:
+        self.state = _FINISHED
+        self._events.append(FetchFinished(error=error, reason=reason, delivered=self.delivered, status=status))
+
+
+class ConsumeMachine(_Machine):
+    """Consume (ADR-37): keep a local buffer filled with pulls on one inbox.
+
+    Accounting. ``pending`` is what the server still owes: += batch / max_bytes of every pull
+    sent; -1 / -size for every user message; -Nats-Pending-Messages / -Nats-Pending-Bytes of
+    ANY status that carries them; never below 0. ``buffered`` is what was delivered but not
+    yet taken by the user (the transport's local queue, reported by :class:`MessagesTaken`).
+
+    The local buffer counts too (our choice; ADR-37 subtracts on "processed"): a pull is sent
+    when ``pending + buffered`` falls to the threshold, asking for ``max - pending -
+    buffered``, so ``pending + buffered <= max`` and memory stays flat however slow the
+    handler is. A delivery moves one message from pending to buffered and never needs a pull:
+    only takes, statuses, timers and reconnects do, which keeps the per-message path short.
+    In bytes mode the same holds for bytes (batch fixed at 1,000,000; the message counter is
+    informational, clamped to that batch).
+
+    Heartbeats. The watchdog runs while a pull is outstanding (pending > 0 in the counted
+    unit) and the connection is up: 2 x idle_heartbeat without ANY message emits
+    :class:`HeartbeatMissed` (not terminal), resets pending and sends a fresh pull. With
+    nothing outstanding the server owes no heartbeat, so none is missed (a full buffer and a
+    slow handler are not an outage).
+
+    No spin. A pull is re-sent only when pending drops. Refusals without pending headers (409
+    Exceeded ...) leave pending as is: the watchdog recovers at its 2 x heartbeat pace. A 409
+    Message Size Exceeds MaxBytes holds pulls for ``expires`` seconds (warned once until a
+    message is delivered); 503 no responders retries with doubling backoff and ends after
+    ``no_responders_limit`` in a row.
+    """
+
+    def __init__(self, options: ConsumeOptions, now: float, *, connected: bool = True) -> None:
+        super().__init__()
+        self.options = options
+        self.state = _RUNNING
+        self.connected = connected
+        self.pin_id = options.pin_id
+        self.pulls_sent = 0
+        self.pending_messages = 0
+        self.pending_bytes = 0
+        self.buffered_messages = 0
+        self.buffered_bytes = 0
+        self._by_bytes = options.max_bytes > 0
+        self._track_pin = options.group is not None
+        self._hb_window = 2 * options.heartbeat
+        self._last_seen = now
+        self._hold_until: float | None = None  # 409 MaxBytes: no pull before this
+        self._retry_at: float | None = None  # 503: next attempt
+        self._no_responders = 0  # consecutive 503s
+        self._warned_at = -1  # `delivered` when the last MaxBytes warning went out
+        self._delivered_at_pull = 0  # `delivered` when the last pull went out
+        self._wait_take = False  # 409 MaxBytes with a full local buffer: pull after a take
+        self._maybe_pull(now)
+
+    @property
+    def finished(self) -> bool:
+        return self.state is _FINISHED
+
+    @property
+    def outstanding(self) -> bool:
+        """Whether the server still owes something, in the counted unit."""
+        return (self.pending_bytes if self._by_bytes else self.pending_messages) > 0
+
+    @property
+    def pull_blocked_until(self) -> float | None:
+        """When a held pull may go (a 409 MaxBytes hold or a 503 backoff); None when free."""
+        if self._hold_until is None:
+            return self._retry_at
+        if self._retry_at is None:
+            return self._hold_until
+        return max(self._hold_until, self._retry_at)
+
+    # ---------------------------------------------------------------- core contract
+
+    def next_deadline(self) -> float | None:
+        """The heartbeat watchdog (while armed), a held pull, a 503 retry. Pure."""
+        if self.state is not _RUNNING:
+            return None
+        best: float | None = None
+        if self.connected and self.outstanding:
+            best = self._last_seen + self._hb_window
+        for t in (self._hold_until, self._retry_at):
+            if t is not None and (best is None or t < best):
+                best = t
+        return best
+
+    def handle_timeout(self, now: float) -> None:
+        self._check()
+        try:
+            if self.state is not _RUNNING:
+                return
+            if self._hold_until is not None and now >= self._hold_until:
+                self._hold_until = None
+            if self._retry_at is not None and now >= self._retry_at:
+                self._retry_at = None
+            if self.connected and self.outstanding and now >= self._last_seen + self._hb_window:
+                idle = now - self._last_seen
+                err = NoHeartbeatError(
+                    f"no heartbeat or message for {idle:.3f} s (idle_heartbeat {self.options.heartbeat} s)"
+                )
+                self._events.append(HeartbeatMissed(idle_for=idle, error=err))
+                self.pending_messages = self.pending_bytes = 0
+                self._wait_take = False
+                self._last_seen = now
+            self._maybe_pull(now)
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
+    def receive_msg(self, msg: MsgReceived, now: float) -> None:
+        """A message of the consume's inbox (user message or status). The hot path."""
+        if self._broken is not None:
+            self._check()
+        try:
+            state = self.state
+            if state is _FINISHED:
+                self.ignored += 1
+                return
+            self._last_seen = now
+            if msg.status is None:
+                size = msg.size
+                p = self.pending_messages - 1
+                self.pending_messages = p if p > 0 else 0
+                p = self.pending_bytes - size
+                self.pending_bytes = p if p > 0 else 0
+                self.buffered_messages += 1
+                self.buffered_bytes += size
+                self.delivered += 1
+                if self._track_pin:
+                    pin = _last_pin(msg.headers)
+                    if pin is not None and pin != self.pin_id:
+                        self.pin_id = pin
+                        self._events.append(PinIdChanged(pin_id=pin))
+                self._events.append(MessageDelivered(msg=msg))
+                return
+            if state is _RUNNING:
+                self._on_status(msg, now)
+            # While draining a status changes nothing: no pull will follow anyway.
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
+    def handle(self, command: PullCommand, now: float) -> None:
+        self._check()
+        try:
+            match command:
+                case MessagesTaken(count=count, size=size):
+                    if count < 0 or size < 0:
+                        raise LocalProtocolError(f"MessagesTaken with a negative count or size: {command!r}")
+                    b = self.buffered_messages - count
+                    self.buffered_messages = b if b > 0 else 0
+                    b = self.buffered_bytes - size
+                    self.buffered_bytes = b if b > 0 else 0
+                    self._wait_take = False
+                    if self.state is _DRAINING:
+                        if self.buffered_messages == 0:
+                            self._terminate(None, "drained")
+                    else:
+                        self._maybe_pull(now)
+                case Stop():
+                    if self.state is not _FINISHED:
+                        self._terminate(None, "stopped")
+                case Drain():
+                    if self.state is _RUNNING:
+                        self.state = _DRAINING
+                        self._hold_until = self._retry_at = None
+                        if self.buffered_messages == 0:
+                            self._terminate(None, "drained")
+                case ConnectionLost():
+                    self.connected = False
+                case ConnectionRestored():
+                    self.connected = True
+                    if self.state is _RUNNING:
+                        # The server may have lost our pulls with the connection: start over.
+                        self.pending_messages = self.pending_bytes = 0
+                        self._hold_until = self._retry_at = None
+                        self._wait_take = False
+                        self._last_seen = now
+                        self._maybe_pull(now)
+                case ConnectionClosed(error=error):
+                    if self.state is not _FINISHED:
+                        err = error or ConnectionLostError("the connection closed for good")
+                        self._terminate(err, "connection closed")
+                case _:
+                    _unknown_command(command)
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
+    # ---------------------------------------------------------------- internals
+
+    def _maybe_pull(self, now: float) -> None:
+        """Send a pull if the buffer is at or under its threshold and has room."""
+        if self.state is not _RUNNING or not self.connected:
+            return
+        if self._hold_until is not None or self._retry_at is not None or self._wait_take:
+            return  # handle_timeout (or the next take) clears them and comes back here
+        opts = self.options
+        if self._by_bytes:
+            used = self.pending_bytes + self.buffered_bytes
+            if used > opts.threshold_bytes or used >= opts.max_bytes:
+                return
+            self._send_pull(BYTES_MODE_BATCH, opts.max_bytes - used, now)
+        else:
+            used = self.pending_messages + self.buffered_messages
+            if used > opts.threshold_messages or used >= opts.max_messages:
+                return
+            self._send_pull(opts.max_messages - used, 0, now)
+
+    def _send_pull(self, batch: int, max_bytes: int, now: float) -> None:
+        opts = self.options
+        body = build_pull_request(
+            batch=batch,
+            max_bytes=max_bytes,
+            expires=opts.expires,
+            heartbeat=opts.heartbeat,
+            group=opts.group,
+            min_pending=opts.min_pending,
+            min_ack_pending=opts.min_ack_pending,
+            pin_id=self.pin_id,
+            priority=opts.priority,
+        )
+        if not self.outstanding:
+            self._last_seen = now  # the watchdog starts with the first outstanding pull
+        self.pending_messages = min(self.pending_messages + batch, BYTES_MODE_BATCH) if self._by_bytes else (
+            self.pending_messages + batch
+        )
+        self.pending_bytes += max_bytes
+        self.pulls_sent += 1
+        self._delivered_at_pull = self.delivered
+        self._events.append(PullRequested(body=body, batch=batch, max_bytes=max_bytes))
+
+    def _on_status(self, msg: MsgReceived, now: float) -> None:
+        code = msg.status
+        assert code is not None
+        desc = msg.description or ""
+        rule = classify_status(code, desc)
+        if code != 503:
+            self._no_responders = 0
+        n, b = pending_from_headers(msg.headers)
+        if n is not None:
+            p = self.pending_messages - n
+            self.pending_messages = p if p > 0 else 0
+        if b is not None:
+            p = self.pending_bytes - b
+            self.pending_bytes = p if p > 0 else 0
+        match rule.consume:
+            case D.HEARTBEAT:
+                pass  # activity only (_last_seen is updated); pending headers, if any, counted
+            case D.FLOW_CONTROL:
+                if msg.reply:
+                    self._events.append(FlowControlReplyRequested(reply=msg.reply))
+            case D.REPULL:
+                pass
+            case D.RESET_REPULL:
+                self.pending_messages = self.pending_bytes = 0
+            case D.WARN_REPULL | D.WARNING:
+                self._warn(rule, code, desc)
+            case D.WARN_NO_SPIN:
+                # The server ends every byte-limited pull whose next message does not fit in
+                # what is left of its max_bytes with this status, also after delivering some.
+                if self.buffered_messages:
+                    # The next message may fit once the user takes some: no pull before then
+                    # (re-pulling the same small remainder would spin).
+                    self._wait_take = True
+                elif self.delivered == self._delivered_at_pull:
+                    # Nothing came although the buffer is empty: a message larger than the
+                    # whole max_bytes. Warn once per streak and pull only once per expires.
+                    if self._warned_at != self.delivered:
+                        self._warned_at = self.delivered
+                        self._warn(rule, code, desc)
+                    self._hold_until = now + self.options.expires
+                # else: the pull delivered and the buffer is already empty: pull again now.
+            case D.CLEAR_PIN_REPULL:
+                if n is None and b is None:
+                    # "Nats-Pin-Id mismatch" refuses the pull outright; which pull is not
+                    # known, and the other pulls carry the same stale id: start over.
+                    self.pending_messages = self.pending_bytes = 0
+                if self.pin_id is not None:
+                    self.pin_id = None
+                    self._events.append(PinIdCleared(code=code, description=desc))
+            case D.RETRY_BACKOFF:
+                self._no_responders += 1
+                error = status_error(rule, code, desc)
+                if self._no_responders >= self.options.no_responders_limit:
+                    self._terminate(error, f"{self._no_responders} consecutive no-responders statuses")
+                    return
+                self._events.append(StatusWarning(code=code, description=desc, error=error))
+                self.pending_messages = self.pending_bytes = 0
+                delay = self.options.no_responders_backoff * 2 ** (self._no_responders - 1)
+                self._retry_at = now + min(delay, MAX_NO_RESPONDERS_BACKOFF)
+            case D.TERMINAL:
+                self._terminate(status_error(rule, code, desc), f"{code} {desc}".rstrip())
+                return
+            case _:
+                raise LocalProtocolError(f"status table: {rule.consume} is not a consume disposition")
+        self._maybe_pull(now)
+
+    def _warn(self, rule: StatusRule, code: int, desc: str) -> None:
+        self._events.append(StatusWarning(code=code, description=desc, error=status_error(rule, code, desc)))
+
+    def _terminate(self, error: NatsError | Exception | None, reason: str) -> None:
+        self.state = _FINISHED
+        self._hold_until = self._retry_at = None
+        self._events.append(ConsumeTerminated(error=error, reason=reason))

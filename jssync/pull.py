@@ -1,0 +1,688 @@
+"""Pull consumers on the blocking client: fetch, next, consume and messages (ADR-37).
+
+The decisions live in :mod:`jscore.pull` (the fetch and consume machines, the status table).
+This module only drives them:
+
+- Each operation has an inbox subscription whose messages go straight into its machine on the
+  I/O thread, under the client lock (no queue, no thread in between). The machine's timers
+  (client timer, heartbeat watchdog, held pulls) are fired by the I/O thread too
+  (:class:`~jssync.client.Driven`), and it hears of disconnects and reconnects there.
+- The machine's events are acted on at once, still under the lock: pulls and flow-control
+  replies are queued on the connection; delivered messages and notifications go to one
+  queue per operation, read by the caller (fetch, next, messages) or by a dispatcher thread
+  (consume). User code never runs on the I/O thread or under the lock.
+- A consume's dispatcher reports the messages it took (``MessagesTaken``) in small batches,
+  which is what lets the machine keep ``pending + buffered`` under max_messages / max_bytes:
+  memory stays flat however slow the handler.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Final
+
+from jscore import events as ev
+from jscore import pull as P
+from jscore.errors import ConnectionClosedError, InvalidOptionError, NatsError, NoMessagesError, TimeoutError
+from jscore.protocol import MsgReceived
+
+from .client import Subscription
+from .events import CallbackError
+from .msg import JsMsg
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .consumer import Consumer
+
+__all__ = ["ConsumeContext", "FetchResult", "MessageStream", "ConsumerReconnected"]
+
+_log = logging.getLogger("jssync")
+_monotonic: Final = time.monotonic
+
+# How long past its own client timer a caller waits for the machine to say it finished
+# before giving up (the I/O thread fires that timer; this only guards against a dead one).
+_SAFETY: Final = 5.0
+
+
+class _End:
+    """Queue marker: the operation is over (``error`` None for a normal end)."""
+
+    __slots__ = ("error", "reason")
+
+    def __init__(self, error: BaseException | None, reason: str) -> None:
+        self.error = error
+        self.reason = reason
+
+
+class ConsumerReconnected:
+    """Notification: the connection came back; the consume sent a fresh pull."""
+
+    __slots__ = ("url",)
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __repr__(self) -> str:
+        return f"ConsumerReconnected(url={self.url!r})"
+
+
+class _Inbox(Subscription):
+    """The inbox subscription of one pull operation: messages feed its driver directly."""
+
+    def __init__(self, client: Client, subject: str, driver: _Driver) -> None:
+        super().__init__(client, subject, None, None, 1)
+        self._driver = driver
+        self._deliver = driver._on_msg  # type: ignore[method-assign]  # (one call less per message)
+
+    def _deliver(self, m: MsgReceived) -> None:
+        self._driver._on_msg(m)
+
+    def _end(self, error: BaseException | None) -> None:
+        self._driver._on_inbox_end(error)
+
+
+class _Driver:
+    """Drives one pull machine for the client (the :class:`~jssync.client.Driven` protocol).
+    Every method but :meth:`_start` runs under the client lock."""
+
+    def __init__(self, consumer: Consumer, machine: P.FetchMachine | P.ConsumeMachine) -> None:
+        js = consumer.jetstream
+        self._consumer = consumer
+        self._client: Client = js.client
+        self._conn = self._client._conn
+        self._machine = machine
+        self._pull_subject = P.pull_subject(js.api_prefix, consumer.stream_name, consumer.name)
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._inbox = ""
+        self._sid = 0
+        self._done = False
+        self.error: BaseException | None = None
+
+    def _start(self) -> None:
+        client = self._client
+        client._check_fork()
+        with client._lock:
+            self._inbox = self._conn.new_inbox()
+            sub = _Inbox(client, self._inbox, self)
+            self._sid = sub.sid = self._conn.subscribe(self._inbox)
+            client._subs[self._sid] = sub
+            client._attach_locked(self)
+            self._pump(_monotonic())
+            client._kick_locked()
+
+    # -- the Driven protocol (I/O thread, under the lock) --------------------------------
+
+    def _deadline(self) -> float | None:
+        return self._machine.next_deadline()
+
+    def _fire(self, now: float) -> None:
+        try:
+            self._machine.handle_timeout(now)
+        except Exception as exc:  # noqa: BLE001 - a broken machine ends its operation only
+            self._fail(exc)
+            return
+        self._pump(now)
+
+    def _connection_changed(self, event: Any, now: float) -> None:
+        if event.__class__ is ev.Disconnected:
+            cmd: P.PullCommand = P.ConnectionLost(error=event.error)
+        elif event.__class__ is ev.Reconnected:
+            cmd = P.ConnectionRestored()
+            self._notify(ConsumerReconnected(event.url))
+        else:
+            # Always a ConnectionClosedError (TESTPLAN 44); why it closed (no servers left,
+            # auth ...) is its cause.
+            err = ConnectionClosedError(
+                "the connection was closed" + (f": {event.error}" if event.error is not None else "")
+            )
+            err.__cause__ = event.error
+            cmd = P.ConnectionClosed(error=err)
+        self._command(cmd, now)
+
+    # -- inbox ----------------------------------------------------------------------------
+
+    def _on_msg(self, m: MsgReceived) -> None:
+        now = _monotonic()
+        try:
+            self._machine.receive_msg(m, now)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
+            return
+        self._pump(now)
+
+    def _on_inbox_end(self, error: BaseException | None) -> None:
+        if not self._done:
+            err = error if isinstance(error, Exception) else ConnectionClosedError("the connection was closed")
+            self._command(P.ConnectionClosed(error=err), _monotonic())
+
+    # -- helpers (under the lock) -----------------------------------------------------------
+
+    def _command(self, cmd: P.PullCommand, now: float) -> None:
+        if self._done:
+            return
+        try:
+            self._machine.handle(cmd, now)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
+            return
+        self._pump(now)
+
+    def _pump(self, now: float) -> None:
+        """Act on every event the machine queued."""
+        q = self._q
+        client = self._client
+        for e in self._machine.drain_events():
+            cls = e.__class__
+            if cls is P.MessageDelivered:
+                q.put(JsMsg._from_event(e.msg, client))  # type: ignore[union-attr]
+            elif cls is P.PullRequested:
+                try:
+                    self._conn.publish(self._pull_subject, e.body, self._inbox)  # type: ignore[union-attr]
+                except NatsError as exc:  # buffer full while disconnected, closed ...
+                    self._fail(exc)
+                    return
+            elif cls is P.FlowControlReplyRequested:
+                try:
+                    self._conn.publish(e.reply, b"")  # type: ignore[union-attr]
+                except NatsError:
+                    pass  # the server asks again
+            elif cls is P.FetchFinished or cls is P.ConsumeTerminated:
+                self._finish(e.error, e.reason)  # type: ignore[union-attr]
+            else:
+                self._on_notification(e)
+
+    def _on_notification(self, e: Any) -> None:
+        self._notify(e)
+
+    def _notify(self, e: Any) -> None:
+        self._q.put(e)
+
+    def _fail(self, exc: BaseException) -> None:
+        _log.exception("jssync: pull machine failed", exc_info=exc)
+        self._finish(exc, "internal error")
+
+    def _finish(self, error: BaseException | None, reason: str) -> None:
+        if self._done:
+            return
+        self._done = True
+        self.error = error
+        client = self._client
+        client._detach_locked(self)
+        sub = client._subs.pop(self._sid, None)
+        if sub is not None and not self._conn.is_closed:
+            try:
+                self._conn.unsubscribe(self._sid)
+            except NatsError:
+                pass
+        self._q.put(_End(error, reason))
+        client._wake_locked()
+
+
+# ====================================================================================== fetch
+
+
+class FetchResult:
+    """The messages of one fetch, as they arrive: iterate it (each step waits, at most until
+    the fetch's own deadline). After the iteration ``error`` tells why it ended early, if it
+    did (None for a normal end: batch or bytes reached, the pull expired, nothing left)."""
+
+    def __init__(self, driver: _Driver, client_timeout: float) -> None:
+        self._driver = driver
+        self._msgs: list[JsMsg] = []
+        self._ended = False
+        self._deadline = _monotonic() + client_timeout + _SAFETY
+        self.error: BaseException | None = None
+        self.reason: str | None = None
+
+    def __iter__(self) -> Iterator[JsMsg]:
+        yield from list(self._msgs)
+        q = self._driver._q
+        while not self._ended:
+            try:
+                item = q.get(timeout=max(0.0, self._deadline - _monotonic()))
+            except queue.Empty:
+                self._end(TimeoutError("the fetch did not finish by its deadline"), "deadline")
+                return
+            if item.__class__ is JsMsg:
+                self._msgs.append(item)
+                yield item
+            elif item.__class__ is _End:
+                self._ended = True
+                self.error = item.error
+                self.reason = item.reason
+            # (pin notifications are handled by the driver; nothing else reaches a fetch)
+
+    def _end(self, error: BaseException, reason: str) -> None:
+        self._ended = True
+        self.error = error
+        self.reason = reason
+        d = self._driver
+        with d._client._lock:
+            d._command(P.Stop(), _monotonic())
+
+    def messages(self) -> list[JsMsg]:
+        """Wait for the end and return every message."""
+        for _ in self:
+            pass
+        return list(self._msgs)
+
+    def __len__(self) -> int:
+        return len(self.messages())
+
+    @property
+    def done(self) -> bool:
+        return self._ended
+
+    def __repr__(self) -> str:
+        state = f"done, error={self.error!r}" if self._ended else "in progress"
+        return f"<FetchResult {len(self._msgs)} messages, {state}>"
+
+
+class _FetchDriver(_Driver):
+    def _on_notification(self, e: Any) -> None:
+        cls = e.__class__
+        if cls is P.PinIdChanged:
+            self._consumer._pins[self._group] = e.pin_id
+        elif cls is P.PinIdCleared:
+            self._consumer._pins.pop(self._group, None)
+
+    _group: str | None = None
+
+
+def fetch(
+    consumer: Consumer,
+    max_messages: int | None,
+    max_bytes: int | None,
+    expires: float | None,
+    heartbeat: float | None,
+    no_wait: bool,
+    group: str | None,
+    min_pending: int | None,
+    min_ack_pending: int | None,
+    priority: int | None,
+) -> FetchResult:
+    opts = P.resolve_fetch_options(
+        max_messages=max_messages,
+        max_bytes=max_bytes,
+        expires=expires,
+        heartbeat=heartbeat,
+        no_wait=no_wait,
+        group=group,
+        min_pending=min_pending,
+        min_ack_pending=min_ack_pending,
+        priority=priority,
+        pin_id=consumer._pins.get(group) if group is not None else None,
+    )
+    driver = _FetchDriver(consumer, P.FetchMachine(opts, _monotonic()))
+    driver._group = group
+    driver._start()
+    return FetchResult(driver, opts.client_timeout)
+
+
+def next_msg(
+    consumer: Consumer,
+    timeout: float,
+    heartbeat: float | None,
+    group: str | None,
+    min_pending: int | None,
+    min_ack_pending: int | None,
+    priority: int | None,
+) -> JsMsg:
+    result = fetch(consumer, 1, None, timeout, heartbeat, False, group, min_pending, min_ack_pending, priority)
+    for msg in result:
+        return msg
+    if result.error is not None:
+        raise result.error
+    raise NoMessagesError(f"no message from consumer {consumer.name!r} within {timeout} s")
+
+
+# ====================================================================================== consume
+
+Handler = Callable[[JsMsg], None]
+EventHandler = Callable[[Any], None]
+
+
+class _ConsumeDriver(_Driver):
+    """A consume: the machine plus the accounting of what the user took."""
+
+    def __init__(self, consumer: Consumer, machine: P.ConsumeMachine, group: str | None) -> None:
+        super().__init__(consumer, machine)
+        self._group = group
+        self._taken = 0
+        self._taken_bytes = 0
+
+    def _on_notification(self, e: Any) -> None:
+        cls = e.__class__
+        if cls is P.PinIdChanged:
+            self._consumer._pins[self._group] = e.pin_id
+        elif cls is P.PinIdCleared:
+            self._consumer._pins.pop(self._group, None)
+        self._notify(e)
+
+    def took(self, count: int, size: int) -> None:
+        """A reader took ``count`` messages of ``size`` bytes from the queue (any thread)."""
+        client = self._client
+        with client._lock:
+            if self._done:
+                return
+            self._command(P.MessagesTaken(count=count, size=size), _monotonic())
+            client._kick_locked()
+
+    def stop(self) -> None:
+        client = self._client
+        with client._lock:
+            self._command(P.Stop(), _monotonic())
+            client._wake_locked()
+
+    def drain(self) -> None:
+        client = self._client
+        with client._lock:
+            if self._done:
+                return
+            self._command(P.Drain(), _monotonic())
+            # Only what is in flight may still come: no more for this inbox.
+            if not self._done and self._sid in client._subs and not self._conn.is_closed:
+                try:
+                    self._conn.unsubscribe(self._sid)
+                except NatsError:
+                    pass
+                client._subs.pop(self._sid, None)
+            client._wake_locked()
+
+
+def _consume_options(
+    max_messages: int | None,
+    max_bytes: int | None,
+    expires: float | None,
+    heartbeat: float | None,
+    threshold_messages: int | None,
+    threshold_bytes: int | None,
+    group: str | None,
+    min_pending: int | None,
+    min_ack_pending: int | None,
+    priority: int | None,
+    pin_id: str | None,
+) -> P.ConsumeOptions:
+    return P.resolve_consume_options(
+        max_messages=max_messages,
+        max_bytes=max_bytes,
+        expires=30.0 if expires is None else expires,
+        heartbeat=heartbeat,
+        threshold_messages=threshold_messages,
+        threshold_bytes=threshold_bytes,
+        group=group,
+        min_pending=min_pending,
+        min_ack_pending=min_ack_pending,
+        priority=priority,
+        pin_id=pin_id,
+    )
+
+
+class _Taker:
+    """Reports taken messages to the machine in small batches (a lock round trip per message
+    would cost more than the message), always before the queue runs dry."""
+
+    __slots__ = ("_driver", "_q", "_batch", "count", "size")
+
+    def __init__(self, driver: _ConsumeDriver, opts: P.ConsumeOptions) -> None:
+        self._driver = driver
+        self._q = driver._q
+        if opts.max_bytes:
+            self._batch = 16
+        else:
+            self._batch = max(1, min(64, (opts.max_messages - opts.threshold_messages) // 4 or 1))
+        self.count = 0
+        self.size = 0
+
+    def took(self, msg: JsMsg) -> None:
+        self.count += 1
+        self.size += msg.size
+        if self.count >= self._batch or self._q.empty():
+            self.flush()
+
+    def flush(self) -> None:
+        if self.count:
+            count, size = self.count, self.size
+            self.count = self.size = 0
+            self._driver.took(count, size)
+
+
+class ConsumeContext:
+    """A running consume: messages go to the handler on a dispatcher thread.
+
+    ``stop()`` ends it now (the handler is not called after ``stop()`` returns, unless
+    ``stop()`` was called by the handler itself, which returns at once); ``drain()`` sends no
+    more pulls, hands what is buffered to the handler, then ends. ``wait(timeout)`` waits for
+    the end; ``closed`` and ``error`` (None after a user stop or drain) describe it. A
+    ``with`` block stops it on exit.
+    """
+
+    def __init__(
+        self,
+        driver: _ConsumeDriver,
+        opts: P.ConsumeOptions,
+        handler: Handler,
+        on_event: EventHandler | None,
+    ) -> None:
+        self._driver = driver
+        self._handler = handler
+        self._on_event = on_event
+        self._taker = _Taker(driver, opts)
+        self._stopped = False
+        self._handler_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"jssync-consume-{driver._consumer.name}", daemon=True
+        )
+
+    def _run(self) -> None:
+        q = self._driver._q
+        taker = self._taker
+        handler = self._handler
+        hlock = self._handler_lock
+        try:
+            while True:
+                try:
+                    item = q.get_nowait()
+                except queue.Empty:
+                    # About to block: the machine must know what was taken first, or it
+                    # keeps counting it as buffered and sends no pull (a notification
+                    # after the last message would otherwise stall the consume).
+                    taker.flush()
+                    item = q.get()
+                if item.__class__ is JsMsg:
+                    taker.took(item)
+                    with hlock:
+                        if self._stopped:
+                            continue
+                        try:
+                            handler(item)
+                        except Exception as exc:  # noqa: BLE001 - reported, the consume goes on
+                            self._report(CallbackError(subject=item.subject, error=exc))
+                elif item.__class__ is _End:
+                    if isinstance(item.error, Exception):
+                        self._report(P.ConsumeTerminated(error=item.error, reason=item.reason))
+                    return
+                else:
+                    self._report(item)
+        finally:
+            taker.flush()
+            self._closed.set()
+
+    def _report(self, event: Any) -> None:
+        cb = self._on_event
+        if cb is None:
+            if isinstance(event, CallbackError):
+                _log.error("jssync: consume handler raised", exc_info=event.error)
+            return
+        try:
+            cb(event)
+        except Exception:  # noqa: BLE001
+            _log.exception("jssync: consume on_event handler raised on %s", type(event).__name__)
+
+    # -- public ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """End the consume now; no handler call starts after this returns."""
+        self._stopped = True
+        self._driver.stop()
+        if threading.current_thread() is not self._thread:
+            if self._handler_lock.acquire(timeout=30.0):  # let a running handler call finish
+                self._handler_lock.release()
+
+    def drain(self) -> None:
+        """No more pulls; deliver what is already buffered or in flight, then end."""
+        self._driver.drain()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the consume ended; True if it did within ``timeout``."""
+        if threading.current_thread() is self._thread:
+            raise InvalidOptionError("wait() called from the consume's own handler would deadlock")
+        ended = self._closed.wait(timeout)
+        if ended:
+            self._thread.join(1.0)
+        return ended
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._driver.error if self._driver._done else None
+
+    def __enter__(self) -> ConsumeContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        if threading.current_thread() is not self._thread:
+            self.wait(5.0)
+
+    def __repr__(self) -> str:
+        return f"<ConsumeContext {self._driver._consumer.name!r} {'closed' if self.closed else 'running'}>"
+
+
+def consume(consumer: Consumer, handler: Handler, on_event: EventHandler | None, **options: Any) -> ConsumeContext:
+    if not callable(handler):
+        raise InvalidOptionError("consume needs a callable handler")
+    group = options.get("group")
+    opts = _consume_options(pin_id=consumer._pins.get(group) if group is not None else None, **options)
+    machine = P.ConsumeMachine(opts, _monotonic(), connected=consumer.jetstream.client.is_connected)
+    driver = _ConsumeDriver(consumer, machine, group)
+    cc = ConsumeContext(driver, opts, handler, on_event)
+    cc._thread.start()
+    driver._start()
+    return cc
+
+
+class MessageStream:
+    """A consume read by the caller: ``for msg in stream`` or ``stream.next(timeout)``.
+
+    Notifications (heartbeats missed, status warnings, pin changes, reconnects) go to
+    ``on_event`` if given and are kept in :meth:`notifications`. The iteration ends after
+    ``stop()`` or once a ``drain()`` delivered what was buffered; a terminal error ends it by
+    raising that error. A ``with`` block stops it on exit.
+    """
+
+    def __init__(self, driver: _ConsumeDriver, opts: P.ConsumeOptions, on_event: EventHandler | None) -> None:
+        self._driver = driver
+        self._taker = _Taker(driver, opts)
+        self._on_event = on_event
+        self._notes: list[Any] = []
+        self._ended: _End | None = None
+        self._stopped = False
+
+    def next(self, timeout: float = 30.0) -> JsMsg:
+        """The next message; :class:`NoMessagesError` (a TimeoutError) if none came within
+        ``timeout``; :class:`ConnectionClosedError` or the terminal error once it ended."""
+        if self._ended is not None or self._stopped:
+            raise self._end_error()
+        q = self._driver._q
+        deadline = _monotonic() + timeout
+        while True:
+            try:
+                item = q.get_nowait()
+            except queue.Empty:
+                self._taker.flush()  # before blocking (see ConsumeContext._run)
+                try:
+                    item = q.get(timeout=max(0.0, deadline - _monotonic()))
+                except queue.Empty:
+                    raise NoMessagesError(f"no message within {timeout} s") from None
+            if item.__class__ is JsMsg:
+                if self._stopped:
+                    raise self._end_error()
+                self._taker.took(item)
+                return item
+            if item.__class__ is _End:
+                self._ended = item
+                self._taker.flush()
+                raise self._end_error()
+            self._notes.append(item)
+            if self._on_event is not None:
+                try:
+                    self._on_event(item)
+                except Exception:  # noqa: BLE001
+                    _log.exception("jssync: on_event handler raised on %s", type(item).__name__)
+
+    def _end_error(self) -> BaseException:
+        end = self._ended
+        if end is not None and end.error is not None:
+            return end.error
+        return _StreamEnded("the message stream was stopped")
+
+    def __iter__(self) -> Iterator[JsMsg]:
+        while True:
+            try:
+                yield self.next(timeout=3600.0)
+            except NoMessagesError:
+                continue
+            except _StreamEnded:
+                return
+
+    def notifications(self) -> list[Any]:
+        """The notifications seen so far (and clears them)."""
+        notes, self._notes = self._notes, []
+        return notes
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._driver.stop()
+
+    def drain(self) -> None:
+        self._driver.drain()
+
+    @property
+    def closed(self) -> bool:
+        return self._driver._done
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._driver.error if self._driver._done else None
+
+    def __enter__(self) -> MessageStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<MessageStream {self._driver._consumer.name!r} {'closed' if self.closed else 'running'}>"
+
+
+class _StreamEnded(ConnectionClosedError):
+    """The message stream was stopped or drained to its end."""
+
+
+def messages(consumer: Consumer, on_event: EventHandler | None, **options: Any) -> MessageStream:
+    group = options.get("group")
+    opts = _consume_options(pin_id=consumer._pins.get(group) if group is not None else None, **options)
+    machine = P.ConsumeMachine(opts, _monotonic(), connected=consumer.jetstream.client.is_connected)
+    driver = _ConsumeDriver(consumer, machine, group)
+    stream = MessageStream(driver, opts, on_event)
+    driver._start()
+    return stream

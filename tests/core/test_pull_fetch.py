@@ -1,0 +1,201 @@
+"""jscore.pull.FetchMachine: fetch / next in virtual time (TESTPLAN 27, 29, 30, 31)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jscore.errors import (
+    ConnectionLostError,
+    ConsumerDeletedError,
+    LocalProtocolError,
+    MaxBytesExceededError,
+    NoHeartbeatError,
+)
+from jscore.pull import (
+    BYTES_MODE_BATCH,
+    ConnectionLost,
+    ConnectionRestored,
+    Drain,
+    FetchFinished,
+    FetchMachine,
+    MessagesTaken,
+    PinIdChanged,
+    PinIdCleared,
+    PullRequested,
+    Stop,
+    resolve_fetch_options,
+)
+
+from .test_pull_helpers import body, delivered, events, heartbeat, of_type, pulls, status, user
+
+
+def fetch(now: float = 0.0, **kwargs: object) -> tuple[FetchMachine, PullRequested]:
+    m = FetchMachine(resolve_fetch_options(**kwargs), now)  # type: ignore[arg-type]
+    [p] = pulls(events(m))
+    return m, p
+
+
+def finished(m: FetchMachine) -> FetchFinished:
+    [end] = of_type(events(m), FetchFinished)
+    return end
+
+
+def test_three_available_of_ten_end_with_the_408() -> None:
+    m, p = fetch(max_messages=10, expires=1)
+    assert body(p) == {"expires": 1_000_000_000, "batch": 10}
+    for i in range(3):
+        m.receive_msg(user(), 0.1 * i)
+    assert len(delivered(events(m))) == 3 and not m.finished
+    m.receive_msg(status(408, "Request Timeout", pending=7, pending_bytes=0), 1.0)
+    end = finished(m)
+    assert (end.error, end.delivered, end.status) == (None, 3, 408)
+
+
+def test_nothing_available_ends_empty_without_error() -> None:
+    m, _ = fetch(max_messages=10, expires=1)
+    m.receive_msg(status(408, "Request Timeout", pending=10, pending_bytes=0), 1.0)
+    end = finished(m)
+    assert (end.error, end.delivered) == (None, 0)
+
+
+def test_ends_when_the_batch_is_complete() -> None:
+    m, _ = fetch(max_messages=3)
+    for _ in range(3):
+        m.receive_msg(user(), 0.1)
+    evs = events(m)
+    assert len(delivered(evs)) == 3 and isinstance(evs[-1], FetchFinished)
+    assert evs[-1].reason == "batch complete" and evs[-1].status is None
+    m.receive_msg(user(), 0.2)
+    assert events(m) == [] and m.ignored == 1
+
+
+def test_by_bytes_ends_when_the_bytes_are_reached() -> None:
+    m, p = fetch(max_bytes=1000, expires=5)
+    assert (p.batch, p.max_bytes) == (BYTES_MODE_BATCH, 1000)
+    m.receive_msg(user(600), 0.1)
+    assert not m.finished
+    m.receive_msg(user(400), 0.2)
+    end = finished(m)
+    assert (end.error, end.delivered) == (None, 2) and m.delivered_bytes == 1000
+
+
+def test_max_bytes_exceeded_errors_only_if_nothing_fit() -> None:
+    m, _ = fetch(max_bytes=1024, expires=5)
+    m.receive_msg(status(409, "Message Size Exceeds MaxBytes", pending=BYTES_MODE_BATCH, pending_bytes=1024), 0.1)
+    assert isinstance(finished(m).error, MaxBytesExceededError)
+    m, _ = fetch(max_bytes=1024, expires=5)
+    m.receive_msg(user(500), 0.1)
+    m.receive_msg(status(409, "Message Size Exceeds MaxBytes", pending=BYTES_MODE_BATCH - 1, pending_bytes=524), 0.2)
+    end = finished(m)
+    assert end.error is None and end.delivered == 1
+
+
+def test_consumer_deleted() -> None:
+    m, _ = fetch(max_messages=5)
+    m.receive_msg(status(409, "Consumer Deleted"), 0.5)
+    end = finished(m)
+    assert type(end.error) is ConsumerDeletedError and end.status == 409
+    assert m.next_deadline() is None
+
+
+def test_client_timer_is_longer_than_expires_and_ends_without_error() -> None:
+    m, _ = fetch(max_messages=5, expires=2)
+    deadline = m.next_deadline()
+    assert deadline is not None and 2.0 < deadline <= 2.5
+    m.receive_msg(user(), 1.0)
+    m.handle_timeout(deadline - 0.001)
+    assert not m.finished
+    m.handle_timeout(deadline)
+    end = finished(m)
+    assert (end.error, end.delivered, end.reason) == (None, 1, "client timer expired")
+
+
+def test_late_messages_after_the_client_timer_are_ignored() -> None:
+    """TESTPLAN 29: delayed server bytes arrive after the client gave up: not delivered."""
+    m, _ = fetch(max_messages=5, expires=2)
+    m.handle_timeout(2.5)
+    assert finished(m).delivered == 0
+    m.receive_msg(user(), 2.6)
+    m.receive_msg(status(408, "Request Timeout", pending=5, pending_bytes=0), 2.6)
+    assert events(m) == [] and m.ignored == 2
+
+
+def test_no_wait() -> None:
+    m, p = fetch(max_messages=5, no_wait=True)
+    assert p.body == b'{"batch":5,"no_wait":true}'
+    assert m.next_deadline() == 5.0
+    m.receive_msg(user(), 0.01)
+    m.receive_msg(status(404, "No Messages"), 0.02)
+    end = finished(m)
+    assert (end.error, end.delivered, end.status) == (None, 1, 404)
+
+
+def test_missing_heartbeats_end_with_no_heartbeat_error() -> None:
+    m, _ = fetch(max_messages=5, expires=30)  # heartbeat 5 by default
+    assert m.next_deadline() == 10.0
+    m.receive_msg(heartbeat(), 4.0)
+    m.handle_timeout(10.0)
+    assert not m.finished and m.next_deadline() == 14.0
+    m.receive_msg(user(), 13.0)
+    assert m.next_deadline() == 23.0
+    m.handle_timeout(23.0)
+    end = finished(m)
+    assert isinstance(end.error, NoHeartbeatError) and isinstance(end.error, TimeoutError)
+    assert end.delivered == 1
+
+
+def test_connection_lost_ends_with_the_connection_error() -> None:
+    m, _ = fetch(max_messages=5)
+    cause = OSError("reset by peer")
+    m.handle(ConnectionLost(error=cause), 1.0)
+    end = finished(m)
+    assert isinstance(end.error, ConnectionLostError) and end.error.__cause__ is cause
+    m.handle(ConnectionRestored(), 2.0)
+    m.handle(MessagesTaken(count=1), 2.0)
+    assert events(m) == []
+
+
+@pytest.mark.parametrize("cmd", [Stop(), Drain()])
+def test_stop(cmd: Stop | Drain) -> None:
+    m, _ = fetch(max_messages=5)
+    m.handle(cmd, 1.0)
+    assert finished(m).reason == "stopped"
+    m.handle(cmd, 1.1)
+    assert events(m) == []
+
+
+def test_pin_id_is_sent_reported_and_cleared() -> None:
+    m, p = fetch(max_messages=5, group="G", pin_id="P1", priority=1)
+    assert (body(p)["group"], body(p)["id"], body(p)["priority"]) == ("G", "P1", 1)
+    m.receive_msg(user(pin="P2"), 0.1)
+    assert of_type(events(m), PinIdChanged) == [PinIdChanged(pin_id="P2")]
+    m.receive_msg(status(423, "Nats-Wrong-Pin-Id", pending=4, pending_bytes=0), 0.2)
+    evs = events(m)
+    assert of_type(evs, PinIdCleared) == [PinIdCleared(code=423, description="Nats-Wrong-Pin-Id")]
+    assert isinstance(evs[-1], FetchFinished) and evs[-1].error is None and m.pin_id is None
+
+
+def test_heartbeat_and_flow_control_do_not_end_it() -> None:
+    m, _ = fetch(max_messages=5, expires=30)
+    m.receive_msg(heartbeat(), 1.0)
+    m.receive_msg(status(100, "FlowControl Request", reply="fc"), 1.0)
+    assert [type(e).__name__ for e in events(m)] == ["FlowControlReplyRequested"]
+    assert not m.finished
+
+
+def test_poisoned_after_an_exception() -> None:
+    m, _ = fetch(max_messages=5)
+    with pytest.raises(LocalProtocolError):
+        m.handle(object(), 0.0)  # type: ignore[arg-type]
+    with pytest.raises(LocalProtocolError):
+        m.receive_msg(user(), 0.1)
+    with pytest.raises(LocalProtocolError):
+        m.drain_events()
+
+
+def test_next_is_fetch_one() -> None:
+    m, p = fetch(max_messages=1, expires=5)
+    assert body(p) == {"expires": 5_000_000_000, "batch": 1}
+    m.receive_msg(user(), 0.3)
+    evs = events(m)
+    assert len(delivered(evs)) == 1 and isinstance(evs[-1], FetchFinished)
