@@ -18,7 +18,8 @@ import msgspec
 from jscore.errors import NatsError
 
 from .client import Client, connect
-from .msg import Msg
+from .jetstream import JetStream
+from .msg import JsMsg, Msg
 
 __all__ = ["main"]
 
@@ -171,8 +172,46 @@ def _demo_jetstream(nc: Client, check: Callable[[str, bool], None]) -> None:
         refused = True
         _say(f"    second publish to demo.ids.42 refused: {type(exc).__name__} (err_code {exc.err_code})")
     check("a second publish to the same id subject is refused as already published", ok.seq == 1 and refused)
+    _demo_consume(js, stream.name, check)
     for name in ("JSSYNC_DEMO", "JSSYNC_DEMO_IDS"):
         js.delete_stream(name)
+
+
+def _demo_consume(js: JetStream, stream: str, check: Callable[[str, bool], None]) -> None:
+    """Read back what the demo published: fetch, consume with a handler, the ordered consumer."""
+    _say("Pull consumers (ADR-37):")
+    consumer = js.create_consumer(stream, durable_name="demo-fetch", ack_policy="explicit")
+    batch = consumer.fetch(50, expires=2.0)
+    fetched = 0
+    for msg in batch:
+        msg.ack()
+        fetched += 1
+    meta = msg.metadata if fetched else None
+    _say(f"    fetch(50): {fetched} messages, last stream seq {meta.sequence.stream if meta else None}, "
+         f"{meta.num_pending if meta else None} still pending")
+    check("fetch returned 50 messages, acked", fetched == 50 and batch.error is None)
+
+    done = threading.Event()
+    seen: list[int] = []
+
+    def handler(msg: JsMsg) -> None:
+        seen.append(msg.metadata.sequence.stream)
+        msg.ack()
+        if len(seen) == 51:
+            done.set()
+
+    with consumer.consume(handler, max_messages=20) as cc:
+        finished = done.wait(10.0)
+    _say(f"    consume(handler): the other {len(seen)} messages, stream seq {seen[0] if seen else None}.."
+         f"{seen[-1] if seen else None}, closed={cc.closed}")
+    check("consume delivered the remaining 51 messages once, in order",
+          finished and seen == list(range(seen[0], seen[0] + 51)) and not consumer.info().num_ack_pending)
+
+    ordered = js.ordered_consumer(stream, filter_subjects="demo.orders.1")
+    msgs = ordered.fetch(100, expires=1.0)
+    _say(f"    ordered consumer on demo.orders.1: {len(msgs)} messages, in stream order")
+    seqs = [m.metadata.sequence.stream for m in msgs]
+    check("the ordered consumer read demo.orders.1 once, in order", len(msgs) == 25 and seqs == sorted(set(seqs)))
 
 
 # ---------------------------------------------------------------------------------- server
