@@ -294,8 +294,9 @@ DISPOSITION_TEXT: Final[dict[Disposition, str]] = {
     D.REPULL: "subtract pending; re-pull when at or under the threshold",
     D.RESET_REPULL: "reset pending to 0; re-pull at once",
     D.WARN_REPULL: "subtract pending; warning; re-pull when at or under the threshold",
-    D.WARN_NO_SPIN: "subtract pending; warning (once until a message is delivered); "
-    "no pull for `expires` seconds (no spin)",
+    D.WARN_NO_SPIN: "subtract pending; with messages still buffered: next pull after the "
+    "application takes one; with an empty buffer after a delivery: re-pull; when nothing came "
+    "at all (a message larger than max_bytes): warning once, no pull for `expires` seconds",
     D.WARNING: "warning; no re-pull of its own (the pull was refused and has no pending "
     "headers: the heartbeat watchdog recovers)",
     D.CLEAR_PIN_REPULL: "clear the pin id; subtract pending (all of it without pending headers); "
@@ -386,6 +387,7 @@ STATUS_TABLE: Final[tuple[StatusRule, ...]] = (
 )
 
 UNKNOWN_STATUS: Final = STATUS_TABLE[-1]
+del R
 
 _BY_CODE: Final[dict[int, tuple[StatusRule, ...]]] = {}
 for _rule in STATUS_TABLE:
@@ -771,7 +773,7 @@ class ConsumeTerminated(msgspec.Struct, frozen=True, kw_only=True):
     """The consume is over (stop, drain done, terminal status, K no-responders, closed
     connection); ``error`` None for the user's own stop or drain."""
 
-    error: NatsError | Exception | None
+    error: Exception | None
     reason: str
 
 
@@ -1285,7 +1287,7 @@ class ConsumeMachine(_Machine):
     def _warn(self, rule: StatusRule, code: int, desc: str) -> None:
         self._events.append(StatusWarning(code=code, description=desc, error=status_error(rule, code, desc)))
 
-    def _terminate(self, error: NatsError | Exception | None, reason: str) -> None:
+    def _terminate(self, error: Exception | None, reason: str) -> None:
         self.state = _FINISHED
         self._hold_until = self._retry_at = None
         self._events.append(ConsumeTerminated(error=error, reason=reason))

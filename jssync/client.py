@@ -302,6 +302,7 @@ class Client:
         self._io_thread: threading.Thread | None = None
         self._wbuf_len = 0
         self._spill = bytearray()  # output a caller could not write itself (see _kick_locked)
+        self._deferred = False  # acks queued without waking the I/O thread (_publish_to_reply)
         # Core machines driven alongside the connection (pull consumers): their timers fire on
         # the I/O thread, and they hear of disconnects and reconnects, all under the lock.
         self._driven: list[Driven] = []
@@ -488,7 +489,7 @@ class Client:
                     lock.release()
         self._publish(subject, payload, reply, headers)
 
-    def _publish_to_reply(self, subject: str, payload: bytes) -> None:
+    def _publish_to_reply(self, subject: str, payload: bytes, defer: bool = False) -> None:
         """Publish to a reply subject the SERVER gave us (an ack subject): it came out of the
         parser as one whitespace-free token, so it is not validated again nor remembered in
         the subject cache (every ack subject is new; caching them would evict the subjects of
@@ -500,13 +501,24 @@ class Client:
             lock.acquire()
             try:
                 if conn.out_bytes + self._wbuf_len <= _HIGH_WATER and conn.publish_frame(frame, len(payload)):
-                    if self._io_idle:
+                    if defer:
+                        # A consume's dispatcher acks: it writes the acks of a whole batch at
+                        # once when it reports what it took (see jssync.pull), not one by one.
+                        self._deferred = True
+                    elif self._io_idle:
                         self._io_idle = False
                         self._poke()
                     return
             finally:
                 lock.release()
         self._publish(subject, payload, None, None)
+
+    def _flush_deferred_locked(self) -> None:
+        """Under the lock: get deferred acks onto the wire (the caller writes them itself when
+        the I/O thread is idle)."""
+        if self._deferred:
+            self._deferred = False
+            self._kick_locked()
 
     def _publish(self, subject: str, payload: bytes, reply: str | None, headers: HeadersInput | None) -> None:
         self._check_fork()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from jscore import jsmsg as _jsmsg
@@ -86,6 +87,10 @@ class Msg:
     __hash__ = None  # type: ignore[assignment]
 
 
+# Set on a consume's dispatcher thread: acks sent from its handler are written in batches
+# when the dispatcher reports what it took (never left behind: it flushes before it waits).
+_ack_defer = threading.local()
+
 _ACK_NONE: int = _jsmsg.ACK_NONE
 _ACK_PROGRESS: int = _jsmsg.ACK_IN_PROGRESS
 _ACK_DONE: int = _jsmsg.ACK_DONE
@@ -148,7 +153,7 @@ class JsMsg(Msg):
             raise MsgAlreadyAckedError("a terminal acknowledgement was already sent for this message")
         self._ack_state = _ACK_DONE if terminal else _ACK_PROGRESS
         try:
-            client._publish_to_reply(reply, body)
+            client._publish_to_reply(reply, body, getattr(_ack_defer, "on", False))
         except BaseException:
             self._ack_state = before
             raise

@@ -32,7 +32,7 @@ from jscore.protocol import MsgReceived
 
 from .client import Subscription
 from .events import CallbackError
-from .msg import JsMsg
+from .msg import JsMsg, _ack_defer
 
 if TYPE_CHECKING:
     from .client import Client
@@ -364,13 +364,19 @@ class _ConsumeDriver(_Driver):
         self._notify(e)
 
     def took(self, count: int, size: int) -> None:
-        """A reader took ``count`` messages of ``size`` bytes from the queue (any thread)."""
+        """A reader took ``count`` messages of ``size`` bytes from the queue (any thread);
+        deferred acks go out with the pull this may send."""
         client = self._client
         with client._lock:
-            if self._done:
-                return
-            self._command(P.MessagesTaken(count=count, size=size), _monotonic())
+            client._deferred = False
+            if not self._done:
+                self._command(P.MessagesTaken(count=count, size=size), _monotonic())
             client._kick_locked()
+
+    def flush_acks(self) -> None:
+        client = self._client
+        with client._lock:
+            client._flush_deferred_locked()
 
     def stop(self) -> None:
         client = self._client
@@ -449,6 +455,8 @@ class _Taker:
             count, size = self.count, self.size
             self.count = self.size = 0
             self._driver.took(count, size)
+        elif self._driver._client._deferred:
+            self._driver.flush_acks()
 
 
 class ConsumeContext:
@@ -484,6 +492,8 @@ class ConsumeContext:
         taker = self._taker
         handler = self._handler
         hlock = self._handler_lock
+        batch = taker._batch
+        _ack_defer.on = True  # this thread's acks go out in batches, with the take reports
         try:
             while True:
                 try:
@@ -491,18 +501,22 @@ class ConsumeContext:
                 except queue.Empty:
                     # About to block: the machine must know what was taken first, or it
                     # keeps counting it as buffered and sends no pull (a notification
-                    # after the last message would otherwise stall the consume).
+                    # after the last message would otherwise stall the consume); and the
+                    # acks of the handler calls so far must leave now.
                     taker.flush()
                     item = q.get()
                 if item.__class__ is JsMsg:
-                    taker.took(item)
                     with hlock:
-                        if self._stopped:
-                            continue
-                        try:
-                            handler(item)
-                        except Exception as exc:  # noqa: BLE001 - reported, the consume goes on
-                            self._report(CallbackError(subject=item.subject, error=exc))
+                        if not self._stopped:
+                            try:
+                                handler(item)
+                            except Exception as exc:  # noqa: BLE001 - reported, the consume goes on
+                                self._report(CallbackError(subject=item.subject, error=exc))
+                    # counted as taken once handled: its acks leave with the report
+                    taker.count += 1
+                    taker.size += item.size
+                    if taker.count >= batch:
+                        taker.flush()
                 elif item.__class__ is _End:
                     if isinstance(item.error, Exception):
                         self._report(P.ConsumeTerminated(error=item.error, reason=item.reason))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from jscore.headers import Headers
 from jscore.protocol import MsgReceived
@@ -22,6 +22,8 @@ from jscore.pull import (
     PullEvent,
     PullRequested,
 )
+
+T = TypeVar("T")
 
 INBOX = "_INBOX.test.1"
 ACK = "$JS.ACK.S.C.1.1.1.1700000000000000000.0"
@@ -73,7 +75,7 @@ def delivered(evs: Iterable[PullEvent]) -> list[MsgReceived]:
     return [e.msg for e in evs if isinstance(e, MessageDelivered)]
 
 
-def of_type(evs: Iterable[PullEvent], cls: type[Any]) -> list[Any]:
+def of_type(evs: Iterable[PullEvent], cls: type[T]) -> list[T]:
     return [e for e in evs if isinstance(e, cls)]
 
 

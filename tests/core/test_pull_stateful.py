@@ -32,6 +32,7 @@ from jscore.pull import (
     FetchMachine,
     MessageDelivered,
     MessagesTaken,
+    PullEvent,
     PullRequested,
     PullState,
     Stop,
@@ -67,7 +68,7 @@ TERMINAL = [
 STATUSES = RECOVERABLE + TERMINAL
 
 SETTINGS = settings(
-    max_examples=150, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=120, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 
@@ -120,7 +121,7 @@ class ConsumeModel(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ event checks
 
-    def absorb(self) -> list[object]:
+    def absorb(self) -> list[PullEvent]:
         evs = self.m.drain_events()
         for ev in evs:
             if isinstance(ev, PullRequested):

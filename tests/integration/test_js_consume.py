@@ -727,3 +727,29 @@ def test_messages_max_messages_one(env: PullEnv) -> None:
             m.ack()
             got.append(m.data)
     assert got == sent and time.monotonic() - t < 5.0
+
+
+@pytest.mark.timeout(20)
+def test_handler_acks_leave_promptly_when_the_stream_goes_quiet(env: PullEnv) -> None:
+    """A consume's handler acks are written in batches with the take reports: the last ones
+    must still reach the server at once when no more messages come (never left queued).
+    Watched from the monitor connection, with heartbeats far apart, so that nothing else on
+    the tested connection carries the acks out."""
+    c = env.consumer("Q", ack_wait=30.0)
+    watch = env.mon.jetstream().consumer(env.name, "Q")
+    for n in (1, 7, 130):
+        env.publish(n, start=1000 + n)
+        seen = threading.Semaphore(0)
+
+        def handler(msg: Any) -> None:
+            time.sleep(0.02)  # the I/O thread is surely back in select when the ack is queued
+            msg.ack()
+            seen.release()
+
+        with c.consume(handler, max_messages=50, expires=20.0, heartbeat=10.0):
+            for _ in range(n):
+                assert seen.acquire(timeout=5.0)
+            started = time.monotonic()
+            wait_until(lambda: watch.info().num_ack_pending == 0, 2.0, what=f"the acks of {n} messages")
+            assert time.monotonic() - started < 1.0
+        assert watch.info().num_pending == 0
