@@ -46,6 +46,8 @@ _monotonic: Final = time.monotonic
 # How long past its own client timer a caller waits for the machine to say it finished
 # before giving up (the I/O thread fires that timer; this only guards against a dead one).
 _SAFETY: Final = 5.0
+# The longest a consume handler's ack waits to be written with others (see ConsumeContext._run).
+_ACK_DELAY: Final = 0.002
 
 
 class _End:
@@ -493,6 +495,9 @@ class ConsumeContext:
         handler = self._handler
         hlock = self._handler_lock
         batch = taker._batch
+        driver = self._driver
+        client = driver._client
+        flushed = _monotonic()
         _ack_defer.on = True  # this thread's acks go out in batches, with the take reports
         try:
             while True:
@@ -506,17 +511,26 @@ class ConsumeContext:
                     taker.flush()
                     item = q.get()
                 if item.__class__ is JsMsg:
+                    # Taken when handed to the handler (a slow handler must not hold back
+                    # the pull that lets the server redeliver what it did not ack in time).
+                    taker.count += 1
+                    taker.size += item.size
+                    if taker.count >= batch:
+                        taker.flush()
+                        flushed = _monotonic()
                     with hlock:
                         if not self._stopped:
                             try:
                                 handler(item)
                             except Exception as exc:  # noqa: BLE001 - reported, the consume goes on
                                 self._report(CallbackError(subject=item.subject, error=exc))
-                    # counted as taken once handled: its acks leave with the report
-                    taker.count += 1
-                    taker.size += item.size
-                    if taker.count >= batch:
-                        taker.flush()
+                    # The handler's acks were queued without waking the I/O thread; they leave
+                    # with the next take report, or after 2 ms at the latest.
+                    if client._deferred:
+                        now = _monotonic()
+                        if now - flushed > _ACK_DELAY:
+                            driver.flush_acks()
+                            flushed = now
                 elif item.__class__ is _End:
                     if isinstance(item.error, Exception):
                         self._report(P.ConsumeTerminated(error=item.error, reason=item.reason))
