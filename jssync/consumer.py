@@ -127,17 +127,20 @@ class Consumer:
         min_ack_pending: int | None = None,
         priority: int | None = None,
         on_event: _pull.EventHandler | None = None,
+        auto_progress: float | None = None,
     ) -> ConsumeContext:
         """Call ``handler(msg)`` for every message, on a dispatcher thread, keeping a buffer
         of ``max_messages`` (default 500) or ``max_bytes`` filled with pulls (ADR-37).
         Notifications (heartbeats missed, warnings, pin changes, reconnects, handler errors,
-        the terminal error) go to ``on_event``."""
+        the terminal error) go to ``on_event``. ``auto_progress`` (off by default): a fraction
+        of the consumer's ack_wait after which a still-running handler's message gets an
+        automatic ``+WPI`` (and again every such interval), so long work is not redelivered."""
         opts: dict[str, Any] = dict(
             max_messages=max_messages, max_bytes=max_bytes, expires=expires, heartbeat=heartbeat,
             threshold_messages=threshold_messages, threshold_bytes=threshold_bytes, group=group,
             min_pending=min_pending, min_ack_pending=min_ack_pending, priority=priority,
         )
-        return _pull.consume(self, handler, on_event, **opts)
+        return _pull.consume(self, handler, on_event, auto_progress, **opts)
 
     def messages(
         self,

@@ -484,6 +484,7 @@ class ConsumeContext:
         self._taker = _Taker(driver, opts)
         self._stopped = False
         self._handler_lock = threading.Lock()
+        self._current: tuple[JsMsg, float] | None = None  # the message being handled, since when
         self._closed = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"jssync-consume-{driver._consumer.name}", daemon=True
@@ -520,10 +521,12 @@ class ConsumeContext:
                         flushed = _monotonic()
                     with hlock:
                         if not self._stopped:
+                            self._current = (item, _monotonic())
                             try:
                                 handler(item)
                             except Exception as exc:  # noqa: BLE001 - reported, the consume goes on
                                 self._report(CallbackError(subject=item.subject, error=exc))
+                            self._current = None
                     # The handler's acks were queued without waking the I/O thread; they leave
                     # with the next take report, or after 2 ms at the latest.
                     if client._deferred:
@@ -540,6 +543,31 @@ class ConsumeContext:
         finally:
             taker.flush()
             self._closed.set()
+
+    def _start_progress(self, interval: float) -> None:
+        """auto_progress: a watcher sends ``+WPI`` for a message whose handler has run for
+        ``interval`` seconds (a fraction of ack_wait), and again every ``interval``."""
+
+        def watch() -> None:
+            step = max(0.01, interval / 4)
+            last: tuple[JsMsg, float] | None = None
+            while not self._closed.wait(step):
+                cur = self._current
+                if cur is None:
+                    continue
+                msg, since = cur
+                if last is not None and last[0] is msg:
+                    since = last[1]
+                now = _monotonic()
+                if now - since >= interval:
+                    try:
+                        if not msg.acked:
+                            msg.in_progress()
+                    except NatsError:
+                        pass  # acked meanwhile, or the connection is gone: nothing to extend
+                    last = (msg, now)
+
+        threading.Thread(target=watch, name="jssync-consume-progress", daemon=True).start()
 
     def _report(self, event: Any) -> None:
         cb = self._on_event
@@ -595,15 +623,29 @@ class ConsumeContext:
         return f"<ConsumeContext {self._driver._consumer.name!r} {'closed' if self.closed else 'running'}>"
 
 
-def consume(consumer: Consumer, handler: Handler, on_event: EventHandler | None, **options: Any) -> ConsumeContext:
+def consume(
+    consumer: Consumer,
+    handler: Handler,
+    on_event: EventHandler | None,
+    auto_progress: float | None = None,
+    **options: Any,
+) -> ConsumeContext:
     if not callable(handler):
         raise InvalidOptionError("consume needs a callable handler")
+    interval = None
+    if auto_progress is not None:
+        if isinstance(auto_progress, bool) or not isinstance(auto_progress, (int, float)) or not 0 < auto_progress < 1:
+            raise InvalidOptionError(f"auto_progress must be a fraction of ack_wait in (0, 1), got {auto_progress!r}")
+        ack_wait = consumer.cached_info.config.ack_wait or 30.0
+        interval = float(ack_wait) * auto_progress
     group = options.get("group")
     opts = _consume_options(pin_id=consumer._pins.get(group) if group is not None else None, **options)
     machine = P.ConsumeMachine(opts, _monotonic(), connected=consumer.jetstream.client.is_connected)
     driver = _ConsumeDriver(consumer, machine, group)
     cc = ConsumeContext(driver, opts, handler, on_event)
     cc._thread.start()
+    if interval is not None:
+        cc._start_progress(interval)
     driver._start()
     return cc
 

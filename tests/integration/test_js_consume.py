@@ -756,3 +756,32 @@ def test_handler_acks_leave_promptly_when_the_stream_goes_quiet(env: PullEnv) ->
             wait_until(lambda: watch.info().num_ack_pending == 0, 2.0, what=f"the acks of {n} messages")
             assert time.monotonic() - started < 1.0
         assert watch.info().num_pending == 0
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("auto_progress", [None, 0.4])
+def test_auto_progress_keeps_a_long_handler_from_redelivery(env: PullEnv, auto_progress: float | None) -> None:
+    """auto_progress sends +WPI while a handler runs longer than a fraction of ack_wait; the
+    control (off, the default) shows the same handler gets its message redelivered."""
+    env.publish(1)
+    c = env.consumer("W", ack_wait=1.0)
+    calls: list[int] = []
+    done = threading.Event()
+
+    def handler(msg: Any) -> None:
+        calls.append(msg.metadata.num_delivered)
+        if len(calls) == 1:
+            time.sleep(2.5)  # 2.5 x ack_wait
+        msg.ack()
+        done.set()
+
+    with c.consume(handler, max_messages=5, expires=EXPIRES, heartbeat=HB, auto_progress=auto_progress):
+        assert done.wait(10)
+        time.sleep(0.5)  # room for a redelivery to arrive
+    if auto_progress is None:
+        assert len(calls) >= 2 and calls[1] >= 2, calls
+    else:
+        assert calls == [1]
+        assert c.info().num_ack_pending == 0 and c.info().num_redelivered == 0
+    with pytest.raises(InvalidOptionError):
+        c.consume(lambda m: None, auto_progress=1.5)
