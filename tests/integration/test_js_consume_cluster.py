@@ -205,3 +205,53 @@ def test_consume_survives_frozen_node(nats_cluster: NatsCluster, clients: Callab
     assert read - attempted == set(), "unexpected"
     assert cc.error is None and not log.of(P.ConsumeTerminated)
     assert nc.connected_url is not None and nc.connected_url.rsplit(":", 1)[1] != nats_cluster.servers[frozen].url.rsplit(":", 1)[1]
+
+
+@pytest.mark.timeout(90)
+def test_consume_resumes_after_two_of_three_nodes_restart(
+    nats_cluster: NatsCluster, clients: Callable[..., Client]
+) -> None:
+    """TESTPLAN 40 (nats.go TestPullConsumerConsume_WithCluster): stop 2 of the 3 nodes (the
+    cluster loses its quorum), start both again: the consume resumes on its own, lost = {}."""
+    nc, ctl, stream, subject = _setup(nats_cluster, clients)
+    ledger = Ledger()
+    log = EventLog()
+    cc = nc.jetstream().consumer(stream, "D").consume(
+        ledger.handler, max_messages=50, expires=EXPIRES, heartbeat=HB, on_event=log
+    )
+    js = ctl.jetstream()
+    for i in range(100):
+        mid = f"id-{i}"
+        ledger.attempted.add(mid)
+        js.publish(subject, mid.encode(), msg_id=mid, timeout=5.0)
+        ledger.acked.add(mid)
+    wait_until(lambda: ledger.read_ids() >= ledger.acked, 15.0, what="the first 100")
+    down = [1, 2]
+    for i in down:
+        nats_cluster.stop(i)
+    time.sleep(1.0)
+    for i in down:
+        nats_cluster.restart(i, wait_healthy=False)
+    nats_cluster.wait_healthy(60.0)
+    # after the quorum is back, publish again (retrying while leaders are elected)
+    for i in range(100, 200):
+        mid = f"id-{i}"
+        ledger.attempted.add(mid)
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                js.publish(subject, mid.encode(), msg_id=mid, timeout=2.0)
+                ledger.acked.add(mid)
+                break
+            except NatsError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.25)
+    try:
+        wait_until(lambda: ledger.read_ids() >= ledger.acked, 30.0, what="every acked message read after the restart")
+    finally:
+        cc.stop()
+    assert cc.wait(1.0)
+    assert ledger.acked - ledger.read_ids() == set(), "lost"
+    assert ledger.read_ids() - ledger.attempted == set(), "unexpected"
+    assert cc.error is None and not log.of(P.ConsumeTerminated), log.of(P.ConsumeTerminated)
