@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
+
 from jscore import events as ev
 from jscore import pull as P
 from jscore.errors import ConnectionClosedError, InvalidOptionError, NatsError, NoMessagesError, TimeoutError
@@ -60,16 +62,10 @@ class _End:
         self.reason = reason
 
 
-class ConsumerReconnected:
-    """Notification: the connection came back; the consume sent a fresh pull."""
+class ConsumerReconnected(msgspec.Struct, frozen=True):
+    """Notification: the connection came back (to ``url``); the consume sent a fresh pull."""
 
-    __slots__ = ("url",)
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def __repr__(self) -> str:
-        return f"ConsumerReconnected(url={self.url!r})"
+    url: str
 
 
 class _Inbox(Subscription):
