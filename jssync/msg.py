@@ -113,16 +113,8 @@ class JsMsg(Msg):
 
     @classmethod
     def _from_event(cls, m: MsgReceived, client: Client | None) -> JsMsg:
-        msg = cls.__new__(cls)
-        msg.subject = m.subject
-        msg.reply = m.reply
-        msg.data = m.data
-        msg.headers = m.headers
-        msg.status = m.status
-        msg.description = m.description
-        msg.sid = m.sid
-        msg.size = m.size
-        msg._client = client
+        msg = super()._from_event(m, client)
+        assert isinstance(msg, JsMsg)
         msg._ack_state = _ACK_NONE
         msg._meta = None
         return msg
