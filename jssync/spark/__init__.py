@@ -1,0 +1,458 @@
+"""PySpark integration: exactly-once writers and the ``jetstream`` data source.
+
+Needs the ``spark`` extra (``pip install 'jssync[spark]'``: pyspark >= 4.0 and pyarrow). The
+package itself imports without them, so configs can be built and checked anywhere; every Spark
+entry point raises an :class:`ImportError` saying what to install when they are missing.
+
+```python
+from jssync.spark import JetStreamDataSource, JetStreamForeachWriter, publish_partition, write_batch
+
+run = make_write_id()                                         # on the driver, once per job
+df.foreachPartition(lambda rows: publish_partition(rows, servers=url, subject="orders.new", run_id=run))
+df.writeStream.foreach(JetStreamForeachWriter(servers=url, subject="orders.new")).start()
+df.writeStream.foreachBatch(lambda bdf, bid: write_batch(bdf, bid, servers=url, subject="orders.new")).start()
+```
+
+Every writer publishes through the async-publish window of a connection cached per Python
+worker process (:mod:`jssync.spark._cache`), checks every ack, re-sends transient and ambiguous
+failures with the same msg id, and returns only once every ack is in. Msg ids are built from a
+write id fixed on the driver plus the partition id and the row index (the same on every attempt
+of a task), or taken from a column (``msg_id_column``). See docs/spark.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from jscore.errors import InvalidOptionError
+
+from . import _cache
+from ._cache import discard_client, get_client
+from ._config import NatsConfig, WriteOptions
+from ._writer import (
+    DuplicateWindowWarning,
+    PartitionWriter,
+    ShortDuplicateWindowError,
+    WriteResult,
+    check_duplicate_window,
+    check_write_id,
+    ensure_checked,
+    make_write_id,
+    msg_id,
+    write_partition,
+    write_rows,
+)
+
+if TYPE_CHECKING:
+    from jssync.client import Client
+
+__all__ = [
+    "JetStreamDataSource",
+    "JetStreamForeachWriter",
+    "publish_partition",
+    "write_batch",
+    "NatsConfig",
+    "WriteOptions",
+    "WriteResult",
+    "DuplicateWindowWarning",
+    "ShortDuplicateWindowError",
+    "make_write_id",
+    "msg_id",
+    "write_rows",
+    "write_partition",
+    "check_duplicate_window",
+    "get_client",
+    "discard_client",
+    "require_spark",
+    "INSTALL_HINT",
+]
+
+INSTALL_HINT = "pip install 'jssync[spark]'"
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+"""The Spark local property holding a streaming query's id (stable across restarts from the
+same checkpoint): the default write id of the streaming writers."""
+
+_spark_checked = False
+
+
+def require_spark() -> None:
+    """Raise an :class:`ImportError` naming the missing package and the install command when
+    pyspark (>= 4.0) or pyarrow is not importable."""
+    global _spark_checked
+    if _spark_checked:
+        return
+    for module, what in (("pyspark", "pyspark>=4.0"), ("pyarrow", "pyarrow>=15")):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise ImportError(
+                f"jssync.spark needs {what} ({module} is not installed): {INSTALL_HINT}",
+                name=module,
+            )
+    import pyspark
+
+    major = int(pyspark.__version__.split(".")[0])
+    if major < 4:
+        raise ImportError(f"jssync.spark needs pyspark>=4.0 (found {pyspark.__version__}): {INSTALL_HINT}", name="pyspark")
+    _spark_checked = True
+
+
+def __getattr__(name: str) -> Any:
+    # The data source lives in its own module (it subclasses pyspark's DataSource, so importing
+    # it imports pyspark): loaded on first access only.
+    if name == "JetStreamDataSource":
+        require_spark()
+        from .datasource import JetStreamDataSource
+
+        globals()[name] = JetStreamDataSource
+        return JetStreamDataSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --------------------------------------------------------------------------- options
+
+_CONNECT_KEYS = frozenset({"user", "password", "token", "creds", "nkey_seed", "tls", "connect_timeout", "name"})
+_WRITE_KEYS = frozenset(
+    {
+        "subject_column",
+        "data_column",
+        "headers_column",
+        "msg_id_column",
+        "dedupe_mode",
+        "stream",
+        "min_duplicate_window",
+        "fail_on_short_window",
+        "max_pending",
+        "ack_timeout",
+        "retries",
+    }
+)
+
+
+def make_configs(
+    servers: str | Sequence[str] | NatsConfig,
+    subject: str | None,
+    options: dict[str, Any],
+) -> tuple[NatsConfig, WriteOptions]:
+    """Build the (NatsConfig, WriteOptions) pair from the writers' keyword arguments.
+
+    ``servers`` is a URL, comma-separated URLs, a list of URLs or a ready :class:`NatsConfig`
+    (then the connection keywords are not allowed); ``write_options=WriteOptions(...)`` may be
+    given instead of the write keywords. Unknown keywords raise :class:`TypeError`."""
+    opts = dict(options)
+    write_options = opts.pop("write_options", None)
+    unknown = set(opts) - _CONNECT_KEYS - _WRITE_KEYS
+    if unknown:
+        raise TypeError(
+            f"unexpected keyword argument(s) {sorted(unknown)}; connection: {sorted(_CONNECT_KEYS)}, "
+            f"writing: {sorted(_WRITE_KEYS)}"
+        )
+    connect_kw = {k: v for k, v in opts.items() if k in _CONNECT_KEYS}
+    write_kw = {k: v for k, v in opts.items() if k in _WRITE_KEYS}
+    if isinstance(servers, NatsConfig):
+        if connect_kw:
+            raise TypeError(f"servers is a NatsConfig: give {sorted(connect_kw)} in it, not as keywords")
+        config = servers
+    else:
+        if isinstance(servers, str):
+            servers_t = tuple(s.strip() for s in servers.split(",") if s.strip())
+        elif isinstance(servers, Sequence):
+            servers_t = tuple(servers)
+        else:
+            raise InvalidOptionError(f"servers: expected a URL, a list of URLs or a NatsConfig, got {type(servers).__name__}")
+        config = NatsConfig(servers=servers_t, **connect_kw)
+    if write_options is not None:
+        if not isinstance(write_options, WriteOptions):
+            raise TypeError(f"write_options must be a WriteOptions, got {type(write_options).__name__}")
+        if write_kw:
+            raise TypeError(f"write_options given: put {sorted(write_kw)} in it, not as keywords")
+        wo = write_options
+        if subject is not None:
+            wo = WriteOptions(**{**_fields(wo), "subject": subject})
+    else:
+        wo = WriteOptions(subject=subject, **write_kw)
+    return config, wo
+
+
+def _fields(wo: WriteOptions) -> dict[str, Any]:
+    from dataclasses import fields
+
+    return {f.name: getattr(wo, f.name) for f in fields(wo)}
+
+
+def _task_context() -> Any:
+    from pyspark import TaskContext
+
+    return TaskContext.get()
+
+
+# --------------------------------------------------------------------------- foreachPartition
+
+
+def publish_partition(
+    rows: Iterable[Any],
+    *,
+    servers: str | Sequence[str] | NatsConfig,
+    subject: str | None = None,
+    run_id: str | None = None,
+    partition_id: int | None = None,
+    **options: Any,
+) -> int:
+    """Publish one partition's rows, for ``df.foreachPartition`` (or ``rdd.mapPartitions``);
+    returns the number of rows written (rows the stream already had count as written).
+
+    ``run_id`` is the write id, fixed on the driver before the job (:func:`make_write_id`) and
+    captured by the lambda, so every attempt of a task publishes the same msg ids
+    ``<run_id>-<partition>-<row index>``; without it, ``msg_id_column`` must name a column of
+    unique ids. The partition id comes from ``TaskContext`` (``partition_id`` overrides it,
+    e.g. outside Spark).
+
+    Rows are ``Row``\\ s or dicts with the ``data`` column (binary or string; ``data_column``),
+    optional ``subject`` (``subject_column``; the ``subject`` argument overrides it) and
+    ``headers`` (a map; ``headers_column``) columns, or tuples ``(data, subject, headers,
+    msg_id)``. Other keywords: the connection's (``user``, ``password``, ``token``, ``creds``,
+    ``nkey_seed``, ``tls``, ``connect_timeout``, ``name``) and the writer's (``msg_id_column``,
+    ``dedupe_mode``, ``stream``, ``min_duplicate_window``, ``fail_on_short_window``,
+    ``max_pending``, ``ack_timeout``, ``retries``): see :class:`WriteOptions`.
+    """
+    require_spark()
+    config, wo = make_configs(servers, subject, options)
+    if run_id is None:
+        if wo.msg_id_column is None:
+            raise InvalidOptionError(
+                "run_id: publish_partition needs run_id (a write id fixed on the driver: "
+                "run_id = jssync.spark.make_write_id() before df.foreachPartition) or msg_id_column"
+            )
+    else:
+        check_write_id(run_id, "run_id")
+    if partition_id is None:
+        ctx = _task_context()
+        if ctx is None:
+            raise InvalidOptionError("partition_id: not running in a Spark task (no TaskContext); pass partition_id")
+        partition_id = int(ctx.partitionId())
+    return write_rows(rows, config, wo, write_id=run_id, partition_id=partition_id)
+
+
+# --------------------------------------------------------------------------- writeStream.foreach
+
+
+class JetStreamForeachWriter:
+    """A ``writeStream.foreach`` writer: ``df.writeStream.foreach(JetStreamForeachWriter(
+    servers=url, subject="orders.new")).start()``.
+
+    Nothing connects in the constructor (it runs on the driver and the object is pickled to the
+    executors): ``open(partition_id, epoch_id)`` takes the process's cached connection,
+    ``process(row)`` publishes asynchronously, ``close(error)`` waits for every ack (re-sending
+    transient failures) and raises if one failed, so the epoch's task fails and Spark retries it.
+    A failed ``process`` or ``close`` closes and drops the cached client.
+
+    Msg ids are ``<write id>-<epoch>-<partition>-<row index>``: the write id is ``run_id`` when
+    given, else the streaming query's id (the same after a restart from the checkpoint), so a
+    re-run epoch publishes the same ids. Give ``msg_id_column`` when the source does not replay an
+    epoch's rows in the same partitions and order.
+    """
+
+    def __init__(
+        self,
+        servers: str | Sequence[str] | NatsConfig,
+        subject: str | None = None,
+        *,
+        run_id: str | None = None,
+        **options: Any,
+    ) -> None:
+        require_spark()
+        self.config, self.options = make_configs(servers, subject, options)
+        if run_id is not None:
+            check_write_id(run_id, "run_id")
+        self.run_id = run_id
+        self._writer: PartitionWriter | None = None
+        self._client: Client | None = None
+        self.last_result: WriteResult | None = None
+
+    def __repr__(self) -> str:
+        return f"JetStreamForeachWriter({self.config!r}, {self.options!r}, run_id={self.run_id!r})"
+
+    _RUNTIME = ("_writer", "_client", "last_result")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Only the settings travel (subclasses' attributes too): never a connection or a
+        # half-done writer.
+        return {k: v for k, v in self.__dict__.items() if k not in self._RUNTIME}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._writer = None
+        self._client = None
+        self.last_result = None
+
+    def _write_id(self) -> str | None:
+        if self.run_id is not None:
+            return self.run_id
+        if self.options.msg_id_column is not None:
+            return None
+        ctx = _task_context()
+        qid = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx is not None else None
+        if not qid:
+            raise InvalidOptionError(
+                "run_id: no streaming query id in the task's properties; pass run_id (stable across "
+                "restarts of the query) or msg_id_column"
+            )
+        return check_write_id(str(qid), "query id")
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        self._release()
+        wid = self._write_id()
+        config = self.config
+        client = _cache.acquire(config)
+        self._client = client
+        try:
+            ensure_checked(config, client, self.options)
+            js = _cache.get_jetstream(config, max_pending=self.options.max_pending, ack_timeout=self.options.ack_timeout)
+            prefix = None if wid is None else f"{wid}-{int(epoch_id)}-{int(partition_id)}-"
+            self._writer = PartitionWriter(js, self.options, write_id=wid, partition_id=int(partition_id), id_prefix=prefix)
+        except BaseException:
+            self._fail()
+            raise
+        return True
+
+    def process(self, row: Any) -> None:
+        writer = self._writer
+        if writer is None:
+            raise RuntimeError("JetStreamForeachWriter.process called before open")
+        try:
+            writer.add(row)
+        except BaseException:
+            self._fail()
+            raise
+
+    def close(self, error: BaseException | None) -> None:
+        writer = self._writer
+        self._writer = None
+        if writer is None:
+            self._release()
+            return
+        if error is not None:
+            self._fail()
+            return
+        try:
+            self.last_result = writer.finish()
+        except BaseException:
+            self._fail()
+            raise
+        self._release()
+
+    def _release(self) -> None:
+        client = self._client
+        self._client = None
+        if client is not None:
+            _cache.release(self.config, client)
+
+    def _fail(self) -> None:
+        self._writer = None
+        client = self._client
+        self._client = None
+        if client is not None:
+            _cache.release(self.config, client)
+            discard_client(self.config, client)
+
+
+# --------------------------------------------------------------------------- foreachBatch
+
+
+def write_batch(
+    batch_df: Any,
+    batch_id: int,
+    *,
+    servers: str | Sequence[str] | NatsConfig,
+    subject: str | None = None,
+    query_id: str | None = None,
+    **options: Any,
+) -> int:
+    """Write one micro-batch, for ``writeStream.foreachBatch``; returns the rows written.
+
+    ``df.writeStream.foreachBatch(lambda bdf, bid: write_batch(bdf, bid, servers=url,
+    subject="orders.new")).option("checkpointLocation", ...).start()``
+
+    The write id is ``<query id>-<batch id>``: the streaming query's id (the same after a
+    restart from the checkpoint; ``query_id`` overrides it, and is required outside a streaming
+    query), so a batch re-run after a failure or a restart publishes the same msg ids and the
+    stream keeps one copy. Runs on the driver: checks the stream's duplicate window (a
+    :class:`DuplicateWindowWarning` here, on the driver), then publishes the partitions in
+    parallel on the executors (``batch_df.rdd.mapPartitions``) and sums their counts.
+    """
+    require_spark()
+    config, wo = make_configs(servers, subject, options)
+    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+        raise InvalidOptionError(f"batch_id: expected an integer >= 0, got {batch_id!r}")
+    if query_id is None:
+        try:
+            query_id = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
+            query_id = None
+    write_id: str | None = None
+    if query_id:
+        write_id = check_write_id(f"{query_id}-{batch_id}", "query_id")
+    elif wo.msg_id_column is None:
+        raise InvalidOptionError(
+            "query_id: write_batch is not running inside a streaming query (no query id); pass "
+            "query_id (stable across re-runs of the batch) or msg_id_column"
+        )
+    selected = _select_columns(batch_df, wo)
+    # The window check on the driver, where a warning is seen (executors skip it then).
+    with _cache.lease(config) as client:
+        check_duplicate_window(client, wo, stacklevel=3)
+    wo_exec = WriteOptions(**{**_fields(wo), "min_duplicate_window": 0.0}) if wo.dedupe_mode == "msgid" else wo
+    counts = selected.rdd.mapPartitions(_partition_writer(config, wo_exec, write_id)).collect()
+    total = 0
+    for written, _duplicates, _resent in counts:
+        total += int(written)
+    return total
+
+
+def _select_columns(df: Any, wo: WriteOptions) -> Any:
+    """Only the columns the writer reads (less to convert), checked on the driver."""
+    from pyspark.sql import types as T
+
+    schema = df.schema
+    names = set(schema.fieldNames())
+    if wo.data_column not in names:
+        raise InvalidOptionError(f"dataColumn: the DataFrame has no column {wo.data_column!r} (columns: {sorted(names)})")
+    dtype = schema[wo.data_column].dataType
+    if not isinstance(dtype, (T.BinaryType, T.StringType)):
+        raise InvalidOptionError(
+            f"dataColumn: column {wo.data_column!r} is {dtype.simpleString()}; it must be binary or string "
+            f"(e.g. to_json(struct(*)) or .cast('binary'))"
+        )
+    cols = [wo.data_column]
+    if wo.subject is None:
+        if wo.subject_column not in names:
+            raise InvalidOptionError(
+                f"subject: no subject given and the DataFrame has no column {wo.subject_column!r} (columns: {sorted(names)})"
+            )
+        cols.append(wo.subject_column)
+    if wo.headers_column in names:
+        cols.append(wo.headers_column)
+    if wo.msg_id_column is not None:
+        if wo.msg_id_column not in names:
+            raise InvalidOptionError(f"msgIdColumn: the DataFrame has no column {wo.msg_id_column!r} (columns: {sorted(names)})")
+        cols.append(wo.msg_id_column)
+    seen: list[str] = []
+    for c in cols:
+        if c not in seen:
+            seen.append(c)
+    return df.select(*seen)
+
+
+def _partition_writer(config: NatsConfig, wo: WriteOptions, write_id: str | None) -> Any:
+    def run(rows: Iterable[Any]) -> Iterable[tuple[int, int, int]]:
+        ctx = _task_context()
+        partition_id = int(ctx.partitionId()) if ctx is not None else 0
+        result = write_partition(rows, config, wo, write_id=write_id, partition_id=partition_id)
+        yield (result.written, result.duplicates, result.resent)
+
+    return run

@@ -1,0 +1,900 @@
+"""``JetStreamDataSource``: the ``jetstream`` PySpark data source (batch and streaming, read and
+write), on the PySpark 4 Python Data Source API.
+
+::
+
+    from jssync.spark import JetStreamDataSource
+    spark.dataSource.register(JetStreamDataSource)
+    df = spark.read.format("jetstream").option("servers", url).option("stream", "ORDERS").load()
+    df.write.format("jetstream").option("servers", url).option("subject", "orders.new").mode("append").save()
+    q = (spark.readStream.format("jetstream").option("servers", url).option("stream", "ORDERS").load()
+         .writeStream.format("parquet").option("checkpointLocation", ckpt).trigger(availableNow=True).start(out))
+
+Reading
+    Offsets are stream sequences. A batch read resolves ``[start, end]`` on the driver from the
+    stream's info and the options, then splits it into contiguous sequence ranges, one Spark task
+    each. A task reads its range with an ordered consumer (ephemeral, ack-less, memory storage,
+    created at ``opt_start_seq`` = the range's start, deleted at the end: no server-side state is
+    left behind) and stops by *sequence*, not by count: deleted or purged sequences are simply
+    absent and a subject filter makes a range sparse. A streaming read keeps ``{"seq": N}`` (the
+    next sequence to read) in Spark's checkpoint; each micro-batch is the range ``[start, end)``.
+
+Writing
+    Through :func:`jssync.spark._writer.write_rows` (async publishes, every ack checked, retries
+    with the same msg id). The write id is fixed on the driver in :meth:`JetStreamDataSource.writer`
+    / :meth:`~JetStreamDataSource.streamWriter`, so task retries and speculative attempts publish
+    the same msg ids; a streaming write id also carries the query id (kept in the checkpoint) and
+    the micro-batch id, so a micro-batch replayed after a restart is deduplicated by the stream.
+
+Options are strings (Kafka connector style), validated on the driver; every error is an
+:class:`~jscore.errors.InvalidOptionError` whose message starts with the option's name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import re
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Final
+
+try:
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
+        InputPartition,
+        WriterCommitMessage,
+    )
+    from pyspark.sql.types import StructType
+except ImportError as _exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "jssync.spark.datasource needs PySpark >= 4.0 and pyarrow (the 'spark' extra): "
+        "pip install 'jssync[spark]'"
+    ) from _exc
+
+from jscore.errors import InvalidOptionError, JetStreamError, MsgNotFoundError, NatsError, NoMessagesError
+
+from ._cache import discard_client, get_jetstream, lease
+from ._config import NatsConfig, WriteOptions, option_lookup
+
+if TYPE_CHECKING:
+    from jssync.jetstream import JetStream
+    from jssync.msg import JsMsg
+    from jssync.ordered import OrderedConsumer
+    from jscore.models import StreamInfo
+
+# Admission control (ReadLimit, PySpark >= 4.2) and Trigger.AvailableNow for Python sources
+# (PySpark >= 4.2): optional; PySpark 4.0 / 4.1 call latestOffset() without arguments.
+_AvailableNowBase: Any
+_ReadAllAvailable: Any
+_ReadMaxRows: Any
+_ReadMinRows: Any
+try:
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable as _ReadAllAvailable,
+        ReadMaxRows as _ReadMaxRows,
+        ReadMinRows as _ReadMinRows,
+    )
+
+    HAS_ADMISSION_CONTROL: bool = True
+except ImportError:  # pragma: no cover - PySpark 4.0 / 4.1
+    _ReadAllAvailable = _ReadMaxRows = _ReadMinRows = None
+    HAS_ADMISSION_CONTROL = False
+
+try:
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as _AvailableNowBase
+
+    HAS_TRIGGER_AVAILABLE_NOW: bool = True
+except ImportError:  # pragma: no cover - PySpark 4.0 / 4.1
+
+    class _AvailableNowBase:  # type: ignore[no-redef]
+        """Stand-in mixin where PySpark has no SupportsTriggerAvailableNow (Spark then runs
+        Trigger.AvailableNow by calling latestOffset once and reading up to that offset)."""
+
+    HAS_TRIGGER_AVAILABLE_NOW = False
+
+
+__all__ = [
+    "JetStreamDataSource",
+    "ReadOptions",
+    "SeqRange",
+    "JetStreamCommitMessage",
+    "SCHEMA",
+    "DataLossError",
+    "split_range",
+    "iter_range",
+    "read_range",
+    "streaming_write_id",
+    "HAS_ADMISSION_CONTROL",
+    "HAS_TRIGGER_AVAILABLE_NOW",
+]
+
+_log = logging.getLogger("jssync.spark")
+
+SCHEMA: Final = (
+    "subject string, data binary, headers map<string,array<string>>, stream string, seq long, timestamp timestamp"
+)
+"""The read schema (DDL)."""
+
+DEFAULT_RECORDS_PER_PARTITION: Final = 100_000
+"""Sequences per read partition when neither ``maxRecordsPerPartition`` nor ``minPartitions``
+asks for more partitions."""
+
+DEFAULT_FETCH_BATCH: Final = 1000
+_MAX_EMPTY_RETRIES: Final = 50
+_INFO_TIMEOUT: Final = 10.0
+
+# Local properties Spark sets on the tasks of a streaming micro-batch.
+_QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
+_BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
+
+
+class DataLossError(JetStreamError):
+    """A streaming (or batch) read would skip sequences that were purged or aged out of the
+    stream; raised when ``failOnDataLoss`` is true (the default)."""
+
+
+# ====================================================================== options
+
+
+def _opt(opts: Mapping[str, str], name: str) -> str | None:
+    value = opts.get(name.lower())
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
+    text = _opt(opts, name)
+    if text is None:
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise InvalidOptionError(f"{name}: expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise InvalidOptionError(f"{name}: must be >= 1, got {text!r}")
+    return n
+
+
+def _bool_opt(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    text = _opt(opts, name)
+    if text is None:
+        return default
+    low = text.lower()
+    if low in ("true", "1", "yes"):
+        return True
+    if low in ("false", "0", "no"):
+        return False
+    raise InvalidOptionError(f"{name}: expected 'true' or 'false', got {text!r}")
+
+
+def _seq_json(name: str, text: str) -> int:
+    """``{"seq": N}`` (N >= 1) -> N."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if (
+        isinstance(value, dict)
+        and set(value) == {"seq"}
+        and isinstance(value["seq"], int)
+        and not isinstance(value["seq"], bool)
+        and value["seq"] >= 1
+    ):
+        return int(value["seq"])
+    raise InvalidOptionError(
+        f'{name}: expected "earliest", "latest" or a JSON object {{"seq": N}} with N >= 1, got {text!r}'
+        if name == "startingOffsets"
+        else f'{name}: expected "latest" or a JSON object {{"seq": N}} with N >= 1, got {text!r}'
+    )
+
+
+_EPOCH_MILLIS = re.compile(r"^\d{1,16}$")
+
+
+def parse_timestamp(name: str, text: str) -> datetime:
+    """ISO 8601 (naive means UTC) or integer epoch milliseconds -> an aware UTC datetime."""
+    if _EPOCH_MILLIS.match(text):
+        try:
+            return datetime.fromtimestamp(int(text) / 1000.0, tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            raise InvalidOptionError(f"{name}: epoch milliseconds out of range: {text!r}") from None
+    iso = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+    try:
+        when = datetime.fromisoformat(iso)
+    except ValueError:
+        raise InvalidOptionError(
+            f"{name}: expected an ISO 8601 timestamp (e.g. 2025-01-31T12:00:00Z) or epoch milliseconds, "
+            f"got {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.astimezone(timezone.utc)
+
+
+_STREAM_NAME_BAD = re.compile(r"[\s.*>/\\]")
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The reader's options (a frozen, picklable value; see :meth:`from_options`).
+
+    ``starting``: ``"earliest"``, ``"latest"`` or the first sequence to read (an int);
+    ``starting_time`` (when set) wins over ``starting``; ``ending``: None for the stream's last
+    sequence at planning time, else the first sequence *not* to read (exclusive, like Kafka's
+    ``endingOffsets``); ``subjects``: filter subjects (wildcards allowed).
+    """
+
+    stream: str
+    subjects: tuple[str, ...] = ()
+    starting: str | int = "earliest"
+    starting_time: datetime | None = None
+    ending: int | None = None
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    max_records_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    fetch_batch: int = DEFAULT_FETCH_BATCH
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+        """Parse and validate the string options of a batch (``streaming=False``) or streaming
+        read. Raises :class:`InvalidOptionError` naming the option."""
+        opts = option_lookup(options)
+        stream = _opt(opts, "stream")
+        if stream is None:
+            raise InvalidOptionError("stream: the option is required to read (the name of the stream)")
+        if _STREAM_NAME_BAD.search(stream):
+            raise InvalidOptionError(f"stream: not a valid stream name: {stream!r}")
+
+        subjects: tuple[str, ...] = ()
+        raw_subjects = _opt(opts, "subjects")
+        if raw_subjects is not None:
+            parts = [s.strip() for s in raw_subjects.split(",")]
+            if any(not p or any(c.isspace() for c in p) for p in parts):
+                raise InvalidOptionError(f"subjects: expected comma-separated subjects, got {raw_subjects!r}")
+            for p in parts:
+                tokens = p.split(".")
+                if any(not t for t in tokens) or any(
+                    (">" in t and (t != ">" or i != len(tokens) - 1)) or ("*" in t and t != "*")
+                    for i, t in enumerate(tokens)
+                ):
+                    raise InvalidOptionError(f"subjects: not a valid subject filter: {p!r}")
+            subjects = tuple(dict.fromkeys(parts))
+
+        starting: str | int = "latest" if streaming else "earliest"
+        raw_start = _opt(opts, "startingOffsets")
+        if raw_start is not None:
+            low = raw_start.lower()
+            if low in ("earliest", "latest"):
+                starting = low
+            else:
+                starting = _seq_json("startingOffsets", raw_start)
+        if not streaming and starting == "latest":
+            raise InvalidOptionError("startingOffsets: 'latest' is not valid for a batch read")
+
+        starting_time: datetime | None = None
+        raw_time = _opt(opts, "startingTimestamp")
+        if raw_time is not None:
+            if raw_start is not None:
+                raise InvalidOptionError("startingTimestamp: give either startingTimestamp or startingOffsets, not both")
+            starting_time = parse_timestamp("startingTimestamp", raw_time)
+
+        ending: int | None = None
+        raw_end = _opt(opts, "endingOffsets")
+        if raw_end is not None:
+            if streaming:
+                raise InvalidOptionError("endingOffsets: only valid for a batch read, not a streaming one")
+            if raw_end.lower() != "latest":
+                ending = _seq_json("endingOffsets", raw_end)
+
+        max_per_trigger = _positive_int(opts, "maxRecordsPerTrigger")
+        return cls(
+            stream=stream,
+            subjects=subjects,
+            starting=starting,
+            starting_time=starting_time,
+            ending=ending,
+            min_partitions=_positive_int(opts, "minPartitions"),
+            max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
+            max_records_per_trigger=max_per_trigger if streaming else None,
+            fail_on_data_loss=_bool_opt(opts, "failOnDataLoss", True),
+            fetch_batch=_positive_int(opts, "fetchBatchSize") or DEFAULT_FETCH_BATCH,
+        )
+
+
+# ====================================================================== partitions
+
+
+class SeqRange(InputPartition):
+    """One read task: stream sequences ``start`` to ``end``, both included. ``check_loss``:
+    fail (``failOnDataLoss``) if sequences at the start of the range are gone when it is read."""
+
+    def __init__(self, index: int, start: int, end: int, check_loss: bool = False) -> None:
+        super().__init__((start, end))
+        self.index = index
+        self.start = start
+        self.end = end
+        self.check_loss = check_loss
+
+    def __repr__(self) -> str:
+        return f"SeqRange(index={self.index}, start={self.start}, end={self.end})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, SeqRange)
+            and (self.index, self.start, self.end, self.check_loss)
+            == (other.index, other.start, other.end, other.check_loss)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.index, self.start, self.end, self.check_loss))
+
+
+def split_range(
+    start: int,
+    end: int,
+    *,
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+    check_loss: bool = False,
+) -> list[SeqRange]:
+    """Split ``[start, end]`` (inclusive) into contiguous ranges: as many as
+    ``maxRecordsPerPartition`` needs (default :data:`DEFAULT_RECORDS_PER_PARTITION`), at least
+    ``minPartitions``, at most one per sequence. An empty range gives no partition."""
+    n = end - start + 1
+    if n <= 0:
+        return []
+    per = max_records_per_partition or DEFAULT_RECORDS_PER_PARTITION
+    count = max(math.ceil(n / per), min_partitions or 1)
+    count = min(count, n)
+    base, extra = divmod(n, count)
+    out: list[SeqRange] = []
+    s = start
+    for i in range(count):
+        size = base + (1 if i < extra else 0)
+        out.append(SeqRange(i, s, s + size - 1, check_loss))
+        s += size
+    return out
+
+
+# ====================================================================== stream access
+
+
+def _stream_info(js: JetStream, stream: str) -> StreamInfo:
+    return js.stream_info(stream, timeout=_INFO_TIMEOUT)
+
+
+def _first_available(info: StreamInfo) -> int:
+    """The lowest sequence a reader could still get (last_seq + 1 for an empty stream)."""
+    st = info.state
+    if st.messages == 0:
+        return st.last_seq + 1
+    return max(st.first_seq, 1)
+
+
+def _close_ordered(js: JetStream, oc: OrderedConsumer) -> None:
+    name = oc.state.close()
+    if name is None:
+        return
+    try:
+        js.delete_consumer(oc.stream_name, name, timeout=2.0)
+    except NatsError:
+        pass  # ephemeral with an inactive_threshold: the server drops it anyway
+
+
+def _seq_at_time(js: JetStream, ropts: ReadOptions, when: datetime, info: StreamInfo) -> int:
+    """The first sequence (of the filter) stored at or after ``when``; last_seq + 1 if none."""
+    if info.config.allow_direct and not ropts.subjects:
+        try:
+            return js.stream(ropts.stream, timeout=_INFO_TIMEOUT).direct_get(start_time=when, timeout=_INFO_TIMEOUT).seq
+        except MsgNotFoundError:
+            return info.state.last_seq + 1
+    oc = js.ordered_consumer(
+        ropts.stream,
+        filter_subjects=list(ropts.subjects) or None,
+        deliver_policy="by_start_time",
+        opt_start_time=when,
+    )
+    try:
+        msgs = oc.fetch(1, no_wait=True, expires=None)
+    except NoMessagesError:
+        msgs = []
+    finally:
+        _close_ordered(js, oc)
+    if msgs:
+        return msgs[0].metadata.sequence.stream
+    return info.state.last_seq + 1
+
+
+def _resolve_start(js: JetStream, ropts: ReadOptions, info: StreamInfo) -> int:
+    """The first sequence to read, from startingTimestamp / startingOffsets."""
+    if ropts.starting_time is not None:
+        return _seq_at_time(js, ropts, ropts.starting_time, info)
+    if ropts.starting == "earliest":
+        return _first_available(info)
+    if ropts.starting == "latest":
+        return info.state.last_seq + 1
+    assert isinstance(ropts.starting, int)
+    return ropts.starting
+
+
+def _loss_message(stream: str, start: int, first: int) -> str:
+    return (
+        f"stream {stream!r}: sequences {start}..{first - 1} are no longer in the stream (purged, deleted "
+        f"or aged out; the first available sequence is {first}). Set failOnDataLoss=false to skip them."
+    )
+
+
+def _headers_dict(msg: JsMsg) -> dict[str, list[str]] | None:
+    headers = msg.headers
+    if not headers:
+        return None
+    out: dict[str, list[str]] = {}
+    for key, value in headers.items():
+        out.setdefault(key, []).append(value)
+    return out
+
+
+def iter_range(
+    js: JetStream, stream: str, subjects: Sequence[str], start: int, end: int, fetch_batch: int = DEFAULT_FETCH_BATCH
+) -> Generator[JsMsg, None, None]:
+    """Every stored message (of ``subjects``, if any) with a sequence in ``[start, end]``, in
+    order, read with an ordered consumer that is deleted at the end (also when the caller stops
+    early). Stops by sequence; a short no-wait pull or ``num_pending == 0`` ends it early."""
+    oc = js.ordered_consumer(
+        stream,
+        filter_subjects=list(subjects) or None,
+        deliver_policy="by_start_sequence",
+        opt_start_seq=max(1, start),
+    )
+    try:
+        cursor = start - 1
+        empties = 0
+        while cursor < end:
+            want = max(1, min(fetch_batch, end - cursor))
+            resets = oc.state.resets
+            try:
+                msgs = oc.fetch(want, no_wait=True, expires=None)
+            except NoMessagesError:
+                msgs = []
+                resets = -1  # (waiting to recreate its server consumer: try again)
+            if not msgs:
+                if oc.state.resets == resets:
+                    return  # nothing more in the stream for this filter
+                empties += 1
+                if empties > _MAX_EMPTY_RETRIES:
+                    raise JetStreamError(
+                        f"stream {stream!r}: the ordered consumer kept resetting while reading "
+                        f"sequences {cursor + 1}..{end}"
+                    )
+                continue
+            empties = 0
+            for msg in msgs:
+                seq = msg.metadata.sequence.stream
+                if seq > end:
+                    return
+                yield msg
+                cursor = seq
+            if msgs[-1].metadata.num_pending == 0:
+                return
+    finally:
+        _close_ordered(js, oc)
+
+
+def read_range(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterator[tuple[Any, ...]]:
+    """The rows of one partition: every stored message of the filter with a sequence in
+    ``[part.start, part.end]``, as tuples of :data:`SCHEMA` (see :func:`iter_range`)."""
+    stream = ropts.stream
+    check = part.check_loss and ropts.fail_on_data_loss
+    with lease(config) as client:
+        js = get_jetstream(config)
+        failed = True
+        try:
+            first_seen: int | None = None
+            for msg in iter_range(js, stream, ropts.subjects, part.start, part.end, ropts.fetch_batch):
+                meta = msg.metadata
+                seq = meta.sequence.stream
+                if first_seen is None:
+                    first_seen = seq
+                    if check and seq > part.start:
+                        _check_loss(js, stream, part.start)
+                yield (msg.subject, msg.data, _headers_dict(msg), stream, seq, meta.timestamp)
+            if first_seen is None and check:
+                _check_loss(js, stream, part.start)
+            failed = False
+        finally:
+            if failed and (client.is_closed or not client.is_connected):
+                # A broken connection must not serve the retry of this task.
+                discard_client(config, client)
+
+
+def _check_loss(js: JetStream, stream: str, start: int) -> None:
+    info = _stream_info(js, stream)
+    first = _first_available(info)
+    if start < first:
+        raise DataLossError(_loss_message(stream, start, first))
+
+
+# ====================================================================== batch read
+
+
+class JetStreamBatchReader(DataSourceReader):
+    def __init__(self, config: NatsConfig, ropts: ReadOptions) -> None:
+        self.config = config
+        self.ropts = ropts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        ropts = self.ropts
+        with lease(self.config):
+            js = get_jetstream(self.config)
+            info = _stream_info(js, ropts.stream)
+            start = _resolve_start(js, ropts, info)
+        first = _first_available(info)
+        if start < first:
+            if ropts.fail_on_data_loss and ropts.starting_time is None and isinstance(ropts.starting, int):
+                raise DataLossError(_loss_message(ropts.stream, start, first))
+            start = first
+        end = info.state.last_seq
+        if ropts.ending is not None:
+            end = min(end, ropts.ending - 1)
+        parts = split_range(
+            start,
+            end,
+            min_partitions=ropts.min_partitions,
+            max_records_per_partition=ropts.max_records_per_partition,
+        )
+        _log.info("jetstream batch read of %r: sequences %d..%d in %d partitions", ropts.stream, start, end, len(parts))
+        if not parts:
+            return [SeqRange(0, start, start - 1)]  # (one empty task: Spark wants a partition)
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, SeqRange)
+        return read_range(self.config, self.ropts, partition)
+
+
+# ====================================================================== streaming read
+
+
+def _offset_seq(offset: Any, what: str) -> int:
+    if isinstance(offset, str):
+        offset = json.loads(offset)
+    if not isinstance(offset, dict) or not isinstance(offset.get("seq"), int):
+        raise JetStreamError(f'jetstream: unexpected {what} offset {offset!r} (expected {{"seq": N}})')
+    return int(offset["seq"])
+
+
+class JetStreamStreamReader(DataSourceStreamReader, _AvailableNowBase):  # type: ignore[misc]
+    """Micro-batches as sequence ranges ``[start, end)``; offsets ``{"seq": next_seq}``."""
+
+    def __init__(self, config: NatsConfig, ropts: ReadOptions) -> None:
+        self.config = config
+        self.ropts = ropts
+        self._target: int | None = None  # Trigger.AvailableNow: do not go past this offset
+        self._last_end: int | None = None  # (PySpark 4.0 / 4.1: latestOffset() has no start)
+
+    def _info(self) -> tuple[JetStream, StreamInfo]:
+        js = get_jetstream(self.config)
+        return js, _stream_info(js, self.ropts.stream)
+
+    def initialOffset(self) -> dict[str, int]:
+        with lease(self.config):
+            js, info = self._info()
+            seq = _resolve_start(js, self.ropts, info)
+        return {"seq": max(1, seq)}
+
+    def getDefaultReadLimit(self) -> Any:
+        n = self.ropts.max_records_per_trigger
+        if n is not None and _ReadMaxRows is not None:
+            return _ReadMaxRows(n)
+        if _ReadAllAvailable is not None:
+            return _ReadAllAvailable()
+        return super().getDefaultReadLimit()  # pragma: no cover
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        with lease(self.config):
+            _, info = self._info()
+        self._target = info.state.last_seq + 1
+        _log.info("jetstream: Trigger.AvailableNow reads %r up to sequence %d", self.ropts.stream, self._target - 1)
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        with lease(self.config):
+            _, info = self._info()
+        return {"seq": info.state.last_seq + 1}
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, int]:
+        """The end offset of the next micro-batch: the stream's last sequence + 1, capped by the
+        read limit (``maxRecordsPerTrigger``, counted in sequences, so a batch never has more
+        rows than that) and by the Trigger.AvailableNow target. Both signatures: PySpark >= 4.2
+        passes ``(start, limit)``; 4.0 / 4.1 pass nothing (the start is then the end this reader
+        returned last, and ``maxRecordsPerTrigger`` applies from the second batch on)."""
+        with lease(self.config):
+            _, info = self._info()
+        available = info.state.last_seq + 1
+        if self._target is not None:
+            available = min(available, self._target)
+        first = _first_available(info)
+        max_rows: int | None = None
+        min_rows: int | None = None
+        if start is None:
+            s = self._last_end
+            max_rows = self.ropts.max_records_per_trigger
+        else:
+            s = _offset_seq(start, "start")
+            if limit is None:
+                max_rows = self.ropts.max_records_per_trigger
+            elif _ReadMaxRows is not None and isinstance(limit, _ReadMaxRows):
+                max_rows = limit.max_rows
+            elif _ReadMinRows is not None and isinstance(limit, _ReadMinRows):
+                min_rows = limit.min_rows
+        if s is None:
+            end = available
+        else:
+            if s > info.state.last_seq + 1:
+                msg = (
+                    f"stream {self.ropts.stream!r}: the checkpointed sequence {s} is past the stream's last "
+                    f"sequence {info.state.last_seq} (was the stream deleted and re-created?)"
+                )
+                if self.ropts.fail_on_data_loss:
+                    raise DataLossError(msg + " Set failOnDataLoss=false to continue from the checkpoint.")
+                _log.warning("jetstream: %s", msg)
+            if s < first:
+                if self.ropts.fail_on_data_loss:
+                    raise DataLossError(_loss_message(self.ropts.stream, s, first))
+                _log.warning("jetstream: %s (skipped: failOnDataLoss=false)", _loss_message(self.ropts.stream, s, first))
+                s_eff = first
+            else:
+                s_eff = s
+            end = available
+            if max_rows is not None:
+                end = min(end, s_eff + max_rows)
+            if min_rows is not None and end - s_eff < min_rows:
+                end = s
+            end = max(end, s)
+        self._last_end = end
+        return {"seq": end}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        s = _offset_seq(start, "start")
+        e = _offset_seq(end, "end")
+        if e <= s:
+            return []
+        with lease(self.config):
+            _, info = self._info()
+        first = _first_available(info)
+        if s < first:
+            if self.ropts.fail_on_data_loss:
+                raise DataLossError(_loss_message(self.ropts.stream, s, first))
+            _log.warning("jetstream: %s (skipped: failOnDataLoss=false)", _loss_message(self.ropts.stream, s, first))
+            s = first
+        return split_range(
+            s,
+            e - 1,
+            min_partitions=self.ropts.min_partitions,
+            max_records_per_partition=self.ropts.max_records_per_partition,
+            check_loss=True,
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, SeqRange)
+        return read_range(self.config, self.ropts, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass  # the offsets live in Spark's checkpoint; nothing is kept on the server
+
+
+# ====================================================================== writers
+
+
+@dataclass(frozen=True)
+class JetStreamCommitMessage(WriterCommitMessage):
+    """What a write task reports to the driver: its partition and how many rows it published
+    (acknowledged, duplicates included)."""
+
+    partition_id: int
+    count: int
+    write_id: str = ""
+
+
+def _task_context() -> Any:
+    from pyspark import TaskContext
+
+    return TaskContext.get()
+
+
+def _check_window(config: NatsConfig, wopts: WriteOptions) -> None:
+    """Warn (or fail, ``failOnShortWindow``) when the target stream's duplicate_window is shorter
+    than ``minDuplicateWindow``; on the driver, before any task runs."""
+    from ._writer import check_duplicate_window
+
+    with lease(config) as client:
+        check_duplicate_window(client, wopts)
+
+
+def _sum_counts(messages: Sequence[WriterCommitMessage | None]) -> tuple[int, int]:
+    rows = tasks = 0
+    for m in messages:
+        if isinstance(m, JetStreamCommitMessage):
+            rows += m.count
+            tasks += 1
+    return rows, tasks
+
+
+class JetStreamBatchWriter(DataSourceWriter):
+    """``df.write.format("jetstream")``: every task publishes its rows with msg ids
+    ``<write id>/<partition>/<row index>`` (or ``msgIdColumn``); the write id is fixed here, on
+    the driver, so retried and speculative task attempts publish the same ids."""
+
+    def __init__(self, config: NatsConfig, wopts: WriteOptions, write_id: str) -> None:
+        self.config = config
+        self.wopts = wopts
+        self.write_id = write_id
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        from ._writer import write_rows
+
+        ctx = _task_context()
+        pid = ctx.partitionId() if ctx is not None else 0
+        n = write_rows(iterator, self.config, self.wopts, write_id=self.write_id, partition_id=pid)
+        return JetStreamCommitMessage(partition_id=pid, count=n, write_id=self.write_id)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        rows, tasks = _sum_counts(messages)
+        _log.info("jetstream write %s committed: %d rows from %d tasks", self.write_id, rows, tasks)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        rows, tasks = _sum_counts(messages)
+        _log.warning(
+            "jetstream write %s aborted after %d rows from %d successful tasks were published; re-running the "
+            "same write (same msgIdColumn values, or a task retry) is deduplicated by the stream",
+            self.write_id,
+            rows,
+            tasks,
+        )
+
+
+def streaming_write_id(base: str, query_id: str | None, batch_id: int | str | None) -> str:
+    """The write id of one micro-batch: stable across a restart from the same checkpoint (the
+    query id is stored there, the batch id is replayed) so a replayed batch publishes the same
+    msg ids."""
+    parts = [base]
+    if query_id:
+        parts.append(query_id.replace("-", "")[:16])
+    parts.append(f"b{batch_id if batch_id is not None else 'x'}")
+    return "-".join(parts)
+
+
+class JetStreamStreamWriter(DataSourceStreamWriter):
+    """``df.writeStream.format("jetstream")``: like the batch writer, with a write id per
+    micro-batch derived from a checkpoint-stable base, the streaming query id and the batch id."""
+
+    def __init__(self, config: NatsConfig, wopts: WriteOptions, base_id: str) -> None:
+        self.config = config
+        self.wopts = wopts
+        self.base_id = base_id
+
+    def _write_id(self, ctx: Any) -> str:
+        query_id = batch_id = None
+        if ctx is not None:
+            query_id = ctx.getLocalProperty(_QUERY_ID_PROPERTY)
+            batch_id = ctx.getLocalProperty(_BATCH_ID_PROPERTY)
+        if batch_id is None:
+            raise JetStreamError(
+                "jetstream streaming write: Spark did not give the micro-batch id to the task "
+                f"(local property {_BATCH_ID_PROPERTY!r}); cannot build exactly-once msg ids"
+            )
+        return streaming_write_id(self.base_id, query_id, batch_id)
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        from ._writer import write_rows
+
+        ctx = _task_context()
+        pid = ctx.partitionId() if ctx is not None else 0
+        write_id = self._write_id(ctx)
+        n = write_rows(iterator, self.config, self.wopts, write_id=write_id, partition_id=pid)
+        return JetStreamCommitMessage(partition_id=pid, count=n, write_id=write_id)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        rows, tasks = _sum_counts(messages)
+        _log.info("jetstream streaming write %s batch %d committed: %d rows from %d tasks", self.base_id, batchId, rows, tasks)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        rows, tasks = _sum_counts(messages)
+        _log.warning(
+            "jetstream streaming write %s batch %d aborted (%d rows from %d tasks published; the replay is "
+            "deduplicated)",
+            self.base_id,
+            batchId,
+            rows,
+            tasks,
+        )
+
+
+def _stable_base(options: Mapping[str, str], wopts: WriteOptions, config: NatsConfig) -> str:
+    """A write-id base that a restarted query computes again: the ``writeId`` option if given,
+    else a digest of the checkpoint location (when passed as an option) and the sink's target."""
+    opts = option_lookup(options)
+    explicit = _opt(opts, "writeId")
+    if explicit is not None:
+        if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", explicit):
+            raise InvalidOptionError(f"writeId: letters, digits, '-' or '_' (at most 64), got {explicit!r}")
+        return explicit
+    material = json.dumps(
+        [
+            _opt(opts, "checkpointLocation") or "",
+            _opt(opts, "queryName") or "",
+            wopts.subject or "",
+            wopts.subject_column,
+            wopts.stream or "",
+            list(config.servers),
+        ]
+    )
+    return "s" + hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+# ====================================================================== the data source
+
+
+class JetStreamDataSource(DataSource):
+    """The ``jetstream`` data source: ``spark.dataSource.register(JetStreamDataSource)``.
+
+    Options (strings): ``servers`` (required), credentials (``user``, ``password``, ``token``,
+    ``creds``, ``nkeySeed``, ``tls``, ``connectTimeout``); reading: ``stream`` (required),
+    ``subjects``, ``startingOffsets``, ``startingTimestamp``, ``endingOffsets`` (batch),
+    ``minPartitions``, ``maxRecordsPerPartition``, ``maxRecordsPerTrigger`` (streaming),
+    ``failOnDataLoss``, ``fetchBatchSize``; writing: see :class:`WriteOptions` and ``writeId``.
+    """
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        self.options: Any = options
+
+    @classmethod
+    def name(cls) -> str:
+        return "jetstream"
+
+    def schema(self) -> StructType | str:
+        return SCHEMA
+
+    def _config(self) -> NatsConfig:
+        return NatsConfig.from_options(self.options)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        config = self._config()
+        ropts = ReadOptions.from_options(self.options, streaming=False)
+        return JetStreamBatchReader(config, ropts)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        config = self._config()
+        ropts = ReadOptions.from_options(self.options, streaming=True)
+        return JetStreamStreamReader(config, ropts)
+
+    def _write_options(self, overwrite: bool) -> tuple[NatsConfig, WriteOptions]:
+        if overwrite:
+            raise InvalidOptionError(
+                "mode: JetStream streams are append-only; use mode('append') (overwrite is not supported)"
+            )
+        config = self._config()
+        wopts = WriteOptions.from_options(self.options)
+        _check_window(config, wopts)
+        return config, wopts
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from ._writer import make_write_id
+
+        config, wopts = self._write_options(overwrite)
+        return JetStreamBatchWriter(config, wopts, make_write_id())
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        config, wopts = self._write_options(overwrite)
+        return JetStreamStreamWriter(config, wopts, _stable_base(self.options, wopts, config))

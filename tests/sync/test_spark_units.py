@@ -1,0 +1,512 @@
+"""jssync.spark without Spark: option parsing, msg ids, the executor-side connection cache, the
+partition writer against a real server (retries, subject mode, row shapes), and the message
+given when pyspark or pyarrow is missing. None of these need pyspark installed."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from jscore.errors import InvalidOptionError, MaxMsgsError
+from jssync.spark import _cache
+from jssync.spark._config import NatsConfig, WriteOptions
+from jssync.spark._writer import (
+    DuplicateWindowWarning,
+    ShortDuplicateWindowError,
+    check_duplicate_window,
+    check_write_id,
+    make_write_id,
+    msg_id,
+    write_partition,
+    write_rows,
+)
+from jssync.server import NatsServer
+
+# --------------------------------------------------------------------------- NatsConfig
+
+
+def test_nats_config_from_options() -> None:
+    cfg = NatsConfig.from_options(
+        {
+            "servers": " nats://a:4222, nats://b:4223 ",
+            "user": "u",
+            "password": "p",
+            "tls": "true",
+            "connectTimeout": "2.5",
+            "stream": "ignored: a reader option",
+        }
+    )
+    assert cfg.servers == ("nats://a:4222", "nats://b:4223")
+    assert (cfg.user, cfg.password, cfg.tls, cfg.connect_timeout) == ("u", "p", True, 2.5)
+    assert NatsConfig.from_options({"SERVERS": "nats://x:1"}).servers == ("nats://x:1",)  # case-insensitive
+    assert NatsConfig.from_options({"servers": "nats://x:1", "token": "t"}).token == "t"
+    assert NatsConfig.from_options({"servers": "nats://x:1", "tls": "false"}).tls is False
+
+
+@pytest.mark.parametrize(
+    ("options", "name"),
+    [
+        ({}, "servers"),
+        ({"servers": " , "}, "servers"),
+        ({"servers": "http://x:1"}, "servers"),
+        ({"servers": "nats://x:1", "tls": "maybe"}, "tls"),
+        ({"servers": "nats://x:1", "connectTimeout": "soon"}, "connectTimeout"),
+        ({"servers": "nats://x:1", "connectTimeout": "-1"}, "connectTimeout"),
+        ({"servers": "nats://x:1", "connectTimeout": "nan"}, "connectTimeout"),
+    ],
+)
+def test_nats_config_errors_name_the_option(options: dict[str, str], name: str) -> None:
+    with pytest.raises(InvalidOptionError, match=rf"^{name}: "):
+        NatsConfig.from_options(options)
+
+
+def test_nats_config_is_a_frozen_hashable_picklable_value_hiding_secrets() -> None:
+    cfg = NatsConfig(servers=("nats://bob:hunter2@h:4222",), user="bob", password="hunter2", token="tok3n")
+    text = repr(cfg)
+    assert "hunter2" not in text and "tok3n" not in text and "password='***'" in text and "token='***'" in text
+    assert "nats://***@h:4222" in text and str(cfg) == text
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    assert hash(pickle.loads(pickle.dumps(cfg))) == hash(cfg)
+    assert {cfg: 1}[NatsConfig(servers=("nats://bob:hunter2@h:4222",), user="bob", password="hunter2", token="tok3n")] == 1
+    with pytest.raises(AttributeError):
+        cfg.user = "eve"  # type: ignore[misc]
+    assert NatsConfig(servers="nats://a:1,nats://b:2").servers == ("nats://a:1", "nats://b:2")  # type: ignore[arg-type]
+    with pytest.raises(InvalidOptionError, match="connect_timeout"):
+        NatsConfig(connect_timeout=0)
+
+
+# --------------------------------------------------------------------------- WriteOptions
+
+
+def test_write_options_from_options() -> None:
+    wo = WriteOptions.from_options(
+        {
+            "subject": "orders.new",
+            "msgIdColumn": "id",
+            "dedupeMode": "Subject",
+            "stream": "ORDERS",
+            "minDuplicateWindow": "600",
+            "failOnShortWindow": "true",
+            "maxPending": "100",
+            "ackTimeout": "5",
+            "retries": "0",
+            "servers": "ignored",
+        }
+    )
+    assert wo == WriteOptions(
+        subject="orders.new",
+        msg_id_column="id",
+        dedupe_mode="subject",
+        stream="ORDERS",
+        min_duplicate_window=600.0,
+        fail_on_short_window=True,
+        max_pending=100,
+        ack_timeout=5.0,
+        retries=0,
+    )
+    assert WriteOptions.from_options({}) == WriteOptions()
+    assert pickle.loads(pickle.dumps(wo)) == wo and hash(wo) == hash(pickle.loads(pickle.dumps(wo)))
+
+
+@pytest.mark.parametrize(
+    ("options", "name"),
+    [
+        ({"dedupeMode": "kafka"}, "dedupeMode"),
+        ({"maxPending": "0"}, "maxPending"),
+        ({"maxPending": "many"}, "maxPending"),
+        ({"retries": "-1"}, "retries"),
+        ({"ackTimeout": "0"}, "ackTimeout"),
+        ({"minDuplicateWindow": "-5"}, "minDuplicateWindow"),
+        ({"failOnShortWindow": "sometimes"}, "failOnShortWindow"),
+        ({"subject": "orders.*"}, "subject"),
+        ({"subject": "a..b"}, "subject"),
+    ],
+)
+def test_write_options_errors_name_the_option(options: dict[str, str], name: str) -> None:
+    with pytest.raises(InvalidOptionError, match=rf"^{name}: "):
+        WriteOptions.from_options(options)
+
+
+# --------------------------------------------------------------------------- msg ids
+
+
+def test_msg_ids_are_deterministic_and_write_ids_random() -> None:
+    assert msg_id("w1", 3, 17) == "w1-3-17" == msg_id("w1", 3, 17)
+    assert len({msg_id("w1", p, i) for p in range(10) for i in range(100)}) == 1000
+    ids = {make_write_id() for _ in range(100)}
+    assert len(ids) == 100
+    for wid in ids:
+        assert check_write_id(wid) == wid and len(wid) == 16
+    for bad in ("", "a.b", "a b", "a*", "a>", None, 5):
+        with pytest.raises(InvalidOptionError, match="^run_id: "):
+            check_write_id(bad)
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+class FakeClient:
+    instances: list[FakeClient] = []
+
+    def __init__(self, config: NatsConfig) -> None:
+        self.config = config
+        self.closed = 0
+        FakeClient.instances.append(self)
+
+    @property
+    def is_closed(self) -> bool:
+        return self.closed > 0
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.closed += 1
+
+    def jetstream(self) -> Any:
+        client = self
+
+        class FakeJs:
+            configured: dict[str, Any] = {}
+
+            def configure_publish(self, **kw: Any) -> None:
+                self.configured = kw
+                self.client = client
+
+        return FakeJs()
+
+
+@pytest.fixture
+def fake_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[float], None]]:
+    """The cache with fake clients and a settable clock; returns ``advance(seconds)``."""
+    _cache.close_all()
+    FakeClient.instances = []
+    clock = [1000.0]
+    monkeypatch.setattr(NatsConfig, "connect", lambda self: FakeClient(self))
+    monkeypatch.setattr(_cache, "_now", lambda: clock[0])
+
+    def advance(seconds: float) -> None:
+        clock[0] += seconds
+
+    yield advance
+    _cache.close_all()
+
+
+A = NatsConfig(servers=("nats://a:4222",))
+B = NatsConfig(servers=("nats://b:4222",))
+
+
+def test_cache_one_client_per_config_reused(fake_cache: Callable[[float], None]) -> None:
+    c1 = _cache.get_client(A)
+    assert _cache.get_client(NatsConfig(servers=("nats://a:4222",))) is c1  # an equal config
+    assert pickle.loads(pickle.dumps(A)) == A and _cache.get_client(pickle.loads(pickle.dumps(A))) is c1
+    c2 = _cache.get_client(B)
+    assert c2 is not c1 and len(FakeClient.instances) == 2
+    js1 = _cache.get_jetstream(A, max_pending=10, ack_timeout=3.0)
+    assert _cache.get_jetstream(A, max_pending=10, ack_timeout=3.0) is js1
+    assert js1.configured == {"max_pending": 10, "ack_timeout": 3.0}
+    assert _cache.get_jetstream(A, max_pending=20, ack_timeout=3.0) is not js1
+
+
+def test_cache_idle_eviction_spares_leased_clients(fake_cache: Callable[[float], None]) -> None:
+    c1 = _cache.get_client(A)
+    with _cache.lease(B) as c2:
+        fake_cache(_cache.IDLE_TIMEOUT + 1)
+        assert _cache.sweep() == 1  # A idle: closed; B leased: kept however long
+        assert c1.is_closed and not c2.is_closed
+        assert _cache.cached_configs() == [B]
+    fake_cache(_cache.IDLE_TIMEOUT - 1)
+    assert _cache.get_client(B) is c2  # released, used again within the timeout
+    fake_cache(_cache.IDLE_TIMEOUT + 1)
+    c3 = _cache.get_client(A)  # an access sweeps too: B goes, A comes back fresh
+    assert c3 is not c1 and c2.is_closed and _cache.cached_configs() == [A]
+
+
+def test_cache_discard_and_closed_clients(fake_cache: Callable[[float], None]) -> None:
+    c1 = _cache.get_client(A)
+    other = FakeClient(A)
+    assert not _cache.discard_client(A, other)  # not the cached one: the cached one stays...
+    assert other.is_closed and not c1.is_closed  # ...but the caller's broken client is closed
+    assert _cache.discard_client(A, c1) and c1.is_closed
+    c2 = _cache.get_client(A)
+    assert c2 is not c1
+    c2.close()  # closed behind the cache's back (e.g. gave up reconnecting): replaced on access
+    assert _cache.get_client(A) is not c2
+    assert not _cache.discard_client(B)
+
+
+def test_cache_is_per_process(fake_cache: Callable[[float], None], monkeypatch: pytest.MonkeyPatch) -> None:
+    c1 = _cache.get_client(A)
+    real_pid = os.getpid()
+    monkeypatch.setattr(_cache.os, "getpid", lambda: real_pid + 1)
+    c2 = _cache.get_client(A)
+    assert c2 is not c1 and not c1.is_closed  # the "parent's" client is forgotten, never closed
+    monkeypatch.setattr(_cache.os, "getpid", lambda: real_pid)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_cache_after_a_real_fork(fake_cache: Callable[[float], None]) -> None:
+    _cache.get_client(A)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: an empty cache, a fresh client
+        try:
+            ok = _cache.cached_configs() == [] and _cache.get_client(A) is FakeClient.instances[-1]
+            os.write(w, b"1" if ok and len(FakeClient.instances) == 2 else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        assert os.read(r, 1) == b"1"
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    assert _cache.cached_configs() == [A] and len(FakeClient.instances) == 1
+
+
+def test_cache_thread_safe_single_connect(fake_cache: Callable[[float], None], monkeypatch: pytest.MonkeyPatch) -> None:
+    def slow_connect(self: NatsConfig) -> FakeClient:
+        time.sleep(0.05)
+        return FakeClient(self)
+
+    monkeypatch.setattr(NatsConfig, "connect", slow_connect)
+    got: list[Any] = []
+    threads = [threading.Thread(target=lambda: got.append(_cache.get_client(A))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(FakeClient.instances) == 1 and all(c is got[0] for c in got)
+
+
+def test_cache_sweeper_thread_closes_idle_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    _cache.close_all()
+    monkeypatch.setattr(NatsConfig, "connect", lambda self: FakeClient(self))
+    monkeypatch.setattr(_cache, "IDLE_TIMEOUT", 0.2)
+    c = _cache.get_client(A)
+    deadline = time.monotonic() + 5
+    while not c.is_closed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert c.is_closed and _cache.cached_configs() == []
+
+
+# --------------------------------------------------------------------------- writing (real server)
+
+
+@pytest.fixture
+def server(nats_server: NatsServer) -> Iterator[NatsServer]:
+    yield nats_server
+    _cache.close_all()
+
+
+def _js(url: str) -> Any:
+    import jssync
+
+    return jssync.connect(url).jetstream()
+
+
+def test_write_rows_shapes_headers_and_counts(server: NatsServer) -> None:
+    js = _js(server.url)
+    js.create_stream(name="W", subjects=["w.>"])
+    cfg = NatsConfig(servers=(server.url,))
+    rows: list[Any] = [
+        {"data": b"dict", "subject": "w.a", "headers": {"k": "v", "multi": ["1", "2"]}},
+        ("tuple", "w.b", [("k", "v2")]),
+        {"data": "str", "subject": "w.c", "headers": None},
+        {"data": bytearray(b"ba"), "subject": "w.d"},
+    ]
+    wid = make_write_id()
+    r = write_partition(rows, cfg, WriteOptions(), write_id=wid, partition_id=7)
+    assert (r.written, r.duplicates) == (4, 0)
+    m = js.stream("W").get_msg(1)
+    assert (m.subject, m.data, m.headers["Nats-Msg-Id"]) == ("w.a", b"dict", f"{wid}-7-0")
+    assert m.headers.get_all("multi") == ["1", "2"] and m.headers["k"] == "v"
+    assert js.stream("W").get_msg(2).headers["k"] == "v2"
+    # again (a retried task): every row a duplicate, counted as written
+    r = write_partition(rows, cfg, WriteOptions(), write_id=wid, partition_id=7)
+    assert (r.written, r.duplicates) == (4, 4)
+    # a fixed subject overrides the column; bare payloads
+    assert write_rows([b"x", "y"], cfg, WriteOptions(subject="w.fixed"), write_id=wid, partition_id=8) == 2
+    assert js.stream("W").info().state.messages == 6
+
+
+def test_write_rows_errors(server: NatsServer) -> None:
+    cfg = NatsConfig(servers=(server.url,))
+    with pytest.raises(InvalidOptionError, match="^subject: "):
+        write_rows([{"data": b"x"}], cfg, WriteOptions(), write_id="w", partition_id=0)
+    with pytest.raises(InvalidOptionError, match="^dataColumn: "):
+        write_rows([{"data": 5, "subject": "a"}], cfg, WriteOptions(), write_id="w", partition_id=0)
+    with pytest.raises(InvalidOptionError, match="^run_id: "):
+        write_rows([{"data": b"x"}], cfg, WriteOptions(subject="a"), write_id=None, partition_id=0)
+    with pytest.raises(InvalidOptionError, match="^msgIdColumn: "):
+        write_rows([{"data": b"x", "id": None}], cfg, WriteOptions(subject="a", msg_id_column="id"), write_id=None, partition_id=0)
+    assert _cache.cached_configs() == []  # a failed partition drops the client
+
+
+def test_definite_refusal_fails_the_partition_and_drops_the_client(server: NatsServer) -> None:
+    js = _js(server.url)
+    js.create_stream(name="FULL", subjects=["full.>"], max_msgs=5, discard="new")
+    cfg = NatsConfig(servers=(server.url,))
+    with pytest.raises(MaxMsgsError) as info:
+        write_rows([b"x"] * 10, cfg, WriteOptions(subject="full.a"), write_id="w", partition_id=0)
+    assert "msg id 'w-0-5'" in "".join(getattr(info.value, "__notes__", [])) or sys.version_info < (3, 11)
+    assert _cache.cached_configs() == []
+
+
+def test_no_stream_yet_is_retried_with_the_same_ids(server: NatsServer) -> None:
+    js = _js(server.url)
+    cfg = NatsConfig(servers=(server.url,))
+    timer = threading.Timer(0.6, lambda: js.create_stream(name="LATE", subjects=["late.>"]))
+    timer.start()
+    try:
+        r = write_partition([f"{i}" for i in range(200)], cfg, WriteOptions(subject="late.x", retries=8), write_id="w", partition_id=0)
+    finally:
+        timer.join()
+    assert r.written == 200 and r.resent > 0
+    assert js.stream("LATE").info().state.messages == 200
+
+
+def test_lost_acks_are_resent_and_deduplicated(server: NatsServer, fault_proxy: Callable[..., Any]) -> None:
+    js = _js(server.url)
+    js.create_stream(name="LOST", subjects=["lost.>"])
+    proxy = fault_proxy(server)
+    rule = proxy.drop_frames("down", lambda f: f.startswith(b"MSG _INBOX.") and b'"seq"' in f, count=50)
+    cfg = NatsConfig(servers=(proxy.url,))
+    r = write_partition([f"{i}" for i in range(300)], cfg, WriteOptions(subject="lost.x", ack_timeout=0.5), write_id="w", partition_id=0)
+    assert rule.matched == 50
+    assert r.written == 300 and r.resent >= 50 and r.duplicates >= 50  # stored the first time: acked as duplicates
+    assert js.stream("LOST").info().state.messages == 300
+
+
+def test_subject_mode_refusal_counts_as_written(server: NatsServer) -> None:
+    js = _js(server.url)
+    js.create_stream(name="ONCE", subjects=["once.*"], discard="new", max_msgs_per_subject=1, discard_new_per_subject=True)
+    cfg = NatsConfig(servers=(server.url,))
+    wo = WriteOptions(subject="once", dedupe_mode="subject", msg_id_column="id", stream="ONCE")
+    rows = [{"data": b"x", "id": f"k{i}"} for i in range(100)]
+    assert write_partition(rows, cfg, wo, write_id=None, partition_id=0).written == 100
+    r = write_partition(rows, cfg, wo, write_id="another-run", partition_id=1)
+    assert (r.written, r.duplicates) == (100, 100)
+    assert js.stream("ONCE").info().state.messages == 100
+    assert js.stream("ONCE").get_msg(1).subject == "once.k0"
+    with pytest.raises(InvalidOptionError, match="^msgIdColumn: "):
+        write_rows([{"data": b"x", "id": "a.b"}], cfg, wo, write_id=None, partition_id=0)
+
+
+def test_subject_mode_needs_a_discard_new_per_subject_stream(server: NatsServer) -> None:
+    js = _js(server.url)
+    js.create_stream(name="PLAIN", subjects=["plain.*"])
+    client = _cache.get_client(NatsConfig(servers=(server.url,)))
+    with pytest.raises(InvalidOptionError, match="^dedupeMode: .*discard_new_per_subject"):
+        check_duplicate_window(client, WriteOptions(subject="plain", dedupe_mode="subject"))
+
+
+def test_duplicate_window_check(server: NatsServer) -> None:
+    js = _js(server.url)
+    js.create_stream(name="SHORT", subjects=["short.>"], duplicate_window=10.0)
+    js.create_stream(name="LONG", subjects=["long.>"], duplicate_window=600.0)
+    client = _cache.get_client(NatsConfig(servers=(server.url,)))
+    with pytest.warns(DuplicateWindowWarning, match="'SHORT' has a duplicate_window of 10 s"):
+        assert check_duplicate_window(client, WriteOptions(stream="SHORT")) == 10.0
+    with pytest.warns(DuplicateWindowWarning):  # found from the subject
+        check_duplicate_window(client, WriteOptions(subject="short.x"))
+    with pytest.raises(ShortDuplicateWindowError, match="^failOnShortWindow: "):
+        check_duplicate_window(client, WriteOptions(stream="SHORT", fail_on_short_window=True))
+    assert check_duplicate_window(client, WriteOptions(stream="SHORT", min_duplicate_window=10)) == 10.0
+    assert check_duplicate_window(client, WriteOptions(stream="LONG")) == 600.0
+    assert check_duplicate_window(client, WriteOptions(subject="nowhere.x")) is None
+    with pytest.raises(InvalidOptionError, match="^stream: no stream named 'NOPE'"):
+        check_duplicate_window(client, WriteOptions(stream="NOPE"))
+
+
+# --------------------------------------------------------------------------- missing packages
+
+
+@pytest.mark.parametrize("missing", ["pyspark", "pyarrow"])
+def test_clear_message_when_spark_packages_are_missing(missing: str) -> None:
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules[{missing!r}] = None  # as if not installed
+        import jssync.spark as s                      # the package itself imports
+        cfg = s.NatsConfig.from_options({{"servers": "nats://127.0.0.1:1"}})
+        for call in (
+            lambda: s.publish_partition([], servers="nats://127.0.0.1:1", run_id="r"),
+            lambda: s.JetStreamForeachWriter(servers="nats://127.0.0.1:1", subject="a"),
+            lambda: s.write_batch(None, 0, servers="nats://127.0.0.1:1", subject="a"),
+            lambda: s.JetStreamDataSource,
+        ):
+            try:
+                call()
+            except ImportError as exc:
+                print(exc)
+            else:
+                print("no error")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 4
+    for line in lines:
+        assert f"({missing} is not installed)" in line and "pip install 'jssync[spark]'" in line
+
+
+# --------------------------------------------------------------------------- the foreach writer, without Spark
+
+
+def test_foreach_writer_lifecycle_without_spark(server: NatsServer) -> None:
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    from jssync.spark import JetStreamForeachWriter
+
+    js = _js(server.url)
+    js.create_stream(name="FE", subjects=["fe.>"])
+    writer = JetStreamForeachWriter(servers=server.url, subject="fe.x", run_id="q1", password="hunter2")
+    assert "hunter2" not in repr(writer)
+    assert _cache.cached_configs() == []  # the constructor does not connect
+    assert writer.open(3, 7) is True
+    assert len(_cache.cached_configs()) == 1
+    for i in range(10):
+        writer.process({"data": f"{i}"})
+    shipped = pickle.loads(pickle.dumps(writer))  # mid-epoch: only the settings travel
+    assert shipped._writer is None and shipped._client is None and shipped.config == writer.config
+    writer.close(None)
+    assert writer.last_result is not None and writer.last_result.written == 10
+    assert js.stream("FE").get_msg(1).headers["Nats-Msg-Id"] == "q1-7-3-0"  # <write id>-<epoch>-<partition>-<row>
+    # the epoch again (a retried task): duplicates only
+    writer.open(3, 7)
+    for i in range(10):
+        writer.process({"data": f"{i}"})
+    writer.close(None)
+    assert writer.last_result.duplicates == 10 and js.stream("FE").info().state.messages == 10
+    # a failing process drops the cached client; close(error) after it does not raise
+    client = _cache.get_client(writer.config)
+    writer.open(4, 7)
+    with pytest.raises(InvalidOptionError, match="^dataColumn: "):
+        writer.process({"data": 1.5})
+    writer.close(InvalidOptionError("x"))
+    assert client.is_closed and _cache.cached_configs() == []
+    with pytest.raises(InvalidOptionError, match="^run_id: "):
+        JetStreamForeachWriter(servers=server.url, subject="fe.x", run_id="a.b")
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        JetStreamForeachWriter(servers=server.url, subject="fe.x", msgIdColumn="id")
+
+
+def test_empty_partition_does_not_connect(monkeypatch: pytest.MonkeyPatch) -> None:
+    _cache.close_all()
+
+    def refuse(self: NatsConfig) -> Any:
+        raise AssertionError("connected for an empty partition")
+
+    monkeypatch.setattr(NatsConfig, "connect", refuse)
+    r = write_partition(iter(()), A, WriteOptions(subject="a"), write_id="w", partition_id=0)
+    assert (r.written, r.duplicates, r.resent) == (0, 0, 0)
+    with pytest.raises(InvalidOptionError, match="^run_id: "):
+        write_partition([], A, WriteOptions(subject="a"), write_id=None, partition_id=0)
