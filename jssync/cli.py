@@ -214,6 +214,74 @@ def _demo_consume(js: JetStream, stream: str, check: Callable[[str, bool], None]
     check("the ordered consumer read demo.orders.1 once, in order", len(msgs) == 25 and seqs == sorted(set(seqs)))
 
 
+def demo_spark(url: str | None, rows: int = 20_000) -> int:
+    """``jssync demo spark``: a local Spark job writes a DataFrame to JetStream exactly once
+    (twice, the second write deduplicated by its msg ids) and reads it back."""
+    import os
+
+    try:
+        import pyarrow  # type: ignore[import-untyped]  # noqa: F401
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        print(f"jssync demo spark needs pyspark and pyarrow ({exc}): pip install 'jssync[spark]'", file=sys.stderr)
+        return 2
+    from jscore.errors import StreamNotFoundError
+
+    from .spark import JetStreamDataSource
+
+    checks: list[tuple[str, bool]] = []
+
+    def check(label: str, ok: bool) -> None:
+        checks.append((label, ok))
+        _say(f"  [{'ok' if ok else 'FAILED'}] {label}")
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    with _server_url(url) as server:
+        existing = SparkSession.getActiveSession()
+        _say("starting a local[2] Spark session (the UI is off) ..." if existing is None else "using the active Spark session")
+        spark = existing or (
+            SparkSession.builder.master("local[2]")
+            .appName("jssync-demo")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            spark.dataSource.register(JetStreamDataSource)
+            with connect(server, name="jssync-demo-spark") as nc:
+                js = nc.jetstream()
+                with contextlib.suppress(StreamNotFoundError):
+                    js.delete_stream("JSSYNC_SPARK_DEMO")
+                js.create_stream(name="JSSYNC_SPARK_DEMO", subjects=["demo.spark.>"], duplicate_window=600.0)
+                df = spark.range(rows).selectExpr("concat('order-', id) as msg_id", "cast(id * 7 as string) as data")
+                for attempt in ("first", "second (a re-run of the same job)"):
+                    (df.write.format("jetstream").option("servers", server).option("subject", "demo.spark.orders")
+                       .option("stream", "JSSYNC_SPARK_DEMO").option("msgIdColumn", "msg_id").mode("append").save())
+                    n = js.stream("JSSYNC_SPARK_DEMO").info().state.messages
+                    _say(f"    df.write.format('jetstream'), {attempt} write of {rows:,} rows: the stream holds {n:,}")
+                check(f"two writes of the same {rows:,} rows stored them exactly once", n == rows)
+                read = (spark.read.format("jetstream").option("servers", server)
+                        .option("stream", "JSSYNC_SPARK_DEMO").option("minPartitions", "2").load())
+                got = read.selectExpr("count(*) as n", "count(distinct seq) as seqs", "min(seq) as lo", "max(seq) as hi",
+                                      "sum(cast(cast(data as string) as long)) as total").first()
+                assert got is not None
+                _say(f"    spark.read.format('jetstream'): {got['n']:,} rows, sequences {got['lo']}..{got['hi']}")
+                check("the read returns every row once with its sequence",
+                      got["n"] == rows and got["seqs"] == rows and got["lo"] == 1 and got["hi"] == rows)
+                check("the payloads survived the round trip", got["total"] == 7 * rows * (rows - 1) // 2)
+                js.delete_stream("JSSYNC_SPARK_DEMO")
+        finally:
+            if existing is None:
+                spark.stop()
+    failed = [label for label, ok in checks if not ok]
+    _say("spark demo " + ("FAILED: " + ", ".join(failed) if failed else "passed"))
+    return 1 if failed else 0
+
+
 # ---------------------------------------------------------------------------------- server
 
 
@@ -370,8 +438,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--server", "-s", default=argparse.SUPPRESS, help="server URL (nats://HOST:PORT)")
     sp = parser.add_subparsers(dest="command", required=True)
-    sp.add_parser("demo", parents=[common],
-                  help="show the client working (starts an embedded nats-server without --server)")
+    p_demo = sp.add_parser("demo", parents=[common],
+                           help="show the client working (starts an embedded nats-server without --server)")
+    p_demo.add_argument("what", nargs="?", choices=["client", "spark"], default="client",
+                        help="spark: a local Spark job writing to and reading from JetStream")
     p_srv = sp.add_parser("server", help="run the embedded nats-server in the foreground")
     p_srv.add_argument("--port", type=int, default=4222)
     p_srv.add_argument("--store-dir", default=None)
@@ -402,7 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
-            return demo(args.server)
+            return demo_spark(args.server) if args.what == "spark" else demo(args.server)
         if args.command == "server":
             return serve(args.port, args.store_dir)
         if args.command == "pub":
