@@ -46,7 +46,7 @@ def check_ack_subject(subject: str) -> MsgMetadata | None:
     assert meta.stream and meta.consumer and "." not in meta.stream + meta.consumer
     assert meta.domain is None or (meta.domain and meta.domain != "_")
     assert meta.timestamp.utcoffset() == timedelta(0)
-    assert (meta.timestamp - _EPOCH) // timedelta(microseconds=1) == meta.timestamp_ns // 1000
+    assert (meta.timestamp - _EPOCH) // timedelta(microseconds=1) == (meta.timestamp_ns + 500) // 1000
     again = format_ack_subject(meta)
     assert again == subject, (again, subject)
     assert parse_ack_subject(again) == meta

@@ -168,7 +168,7 @@ def parse_ack_subject(reply: str) -> MsgMetadata:
         domain,
         delivered,
         pending,
-        _EPOCH + timedelta(microseconds=ts_ns // 1000),
+        _EPOCH + timedelta(microseconds=(ts_ns + 500) // 1000),  # rounded, like StoredMsg.time
         SequencePair(sseq, cseq),
         ts_ns,
         account_hash,
