@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import builtins
 import enum
-import random
 from datetime import datetime
-from typing import Final
+from collections.abc import Sequence
+from typing import Final, Protocol
 
 import msgspec
 
@@ -61,6 +61,12 @@ from .errors import (
 )
 from .jsmsg import MsgMetadata
 from .models import AckPolicy, ConsumerConfig, DeliverPolicy
+
+
+class ChoiceSource(Protocol):
+    """What is needed of an injected generator (a ``random.Random``)."""
+
+    def choice(self, seq: Sequence[str]) -> str: ...
 
 __all__ = [
     "ResetReason",
@@ -227,7 +233,7 @@ class OrderedConsumerOptions(msgspec.Struct, frozen=True, kw_only=True):
 # ====================================================================== helpers
 
 
-def new_name_prefix(rng: random.Random, length: int = 22) -> str:
+def new_name_prefix(rng: ChoiceSource, length: int = 22) -> str:
     """A random consumer-name prefix (base62, like a NUID) from an injected generator."""
     return "".join(rng.choice(_PREFIX_ALPHABET) for _ in range(length))
 
