@@ -121,6 +121,11 @@ def _text_option(name: str, value: object) -> str:
     return value
 
 
+def check_msg_id(value: object) -> str:
+    """A ``Nats-Msg-Id`` value as :func:`publish_headers` accepts it (InvalidOptionError else)."""
+    return _text_option("msg_id", value)
+
+
 def _seq_option(name: str, value: object) -> str:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidOptionError(f"{name} must be an int, got {type(value).__name__}")

@@ -49,7 +49,16 @@ from jscore.errors import (
 from jscore.headers import Headers, HeadersInput, encode_headers
 from jscore.models import PubAck
 from jscore.protocol import MsgReceived, _pub_cache
-from jscore.publish import MSG_ID, PENDING, PendingPublish, PublishWindow, WindowStats, decode_ack, publish_headers
+from jscore.publish import (
+    MSG_ID,
+    PENDING,
+    PendingPublish,
+    PublishWindow,
+    WindowStats,
+    check_msg_id,
+    decode_ack,
+    publish_headers,
+)
 
 from . import client as _client
 from .client import _HIGH_WATER, Subscription
@@ -429,7 +438,24 @@ class Publisher:
         ):
             hdrs: HeadersInput | None = None
             mid: str | None = None
+            hblock: bytes | None = None
+        elif (
+            msg_id is not None
+            and headers is None
+            and expected_stream is None
+            and expected_last_seq is None
+            and expected_last_subject_seq is None
+            and expected_last_subject_seq_subject is None
+            and expected_last_msg_id is None
+            and ttl is None
+        ):
+            # The common exactly-once case (only a msg id): its header block is built here
+            # directly, the same bytes encode_headers would give (checked by a test).
+            mid = check_msg_id(msg_id)
+            hdrs = [(MSG_ID, mid)]
+            hblock = b"NATS/1.0\r\nNats-Msg-Id: %s\r\n\r\n" % mid.encode()
         else:
+            hblock = None
             if auto and msg_id is None and (headers is None or not Headers(headers).get(MSG_ID)):
                 msg_id = self.new_msg_id()
             hdrs, mid = publish_headers(
@@ -455,6 +481,9 @@ class Publisher:
         if hdrs is None and subj is not None and prefix and payload.__class__ is bytes:
             size = len(payload)
             frame: bytes | None = b"PUB %s %s%s %d\r\n%s\r\n" % (subj, prefix, token.encode(), size, payload)
+        elif hblock is not None and subj is not None and prefix and payload.__class__ is bytes:
+            size = len(hblock) + len(payload)
+            frame = b"HPUB %s %s%s %d %d\r\n%s%s\r\n" % (subj, prefix, token.encode(), len(hblock), size, hblock, payload)
         elif prefix:
             frame, size = _frame(subject, payload, hdrs, prefix + token.encode())
         else:

@@ -108,6 +108,28 @@ def test_async_dedup(nc: Client, stream: str) -> None:
     assert stream_state(nc, stream)["messages"] == 1
 
 
+def test_msg_id_only_frame_is_the_encoded_header_block(nc: Client, stream: str) -> None:
+    """The msg-id-only fast path builds its header block itself: what a subscriber sees and
+    what the stream stores must be exactly what encode_headers gives."""
+    from jscore.headers import encode_headers
+
+    watcher = nc.subscribe(subj(stream))
+    nc.flush()
+    js = nc.jetstream()
+    # (the first publish to a subject goes the validated way; the second is the fast path)
+    js.publish_async(subj(stream), b"warm", msg_id="m-0").result(timeout=5)
+    fut = js.publish_async(subj(stream), b"payload", msg_id="m-1")
+    assert fut.result(timeout=5).seq == 2 and list(fut.headers or []) == [("Nats-Msg-Id", "m-1")]
+    watcher.next_msg(timeout=2)
+    seen = watcher.next_msg(timeout=2)
+    assert seen.data == b"payload" and seen.headers is not None and list(seen.headers.items()) == [("Nats-Msg-Id", "m-1")]
+    assert seen.size - len(seen.subject) - len(seen.reply or "") - len(b"payload") == len(encode_headers({"Nats-Msg-Id": "m-1"}))
+    assert js.publish_async(subj(stream), b"again", msg_id="m-1").result(timeout=5).duplicate
+    for bad in ("a\r\nb", " lead", ""):
+        with pytest.raises(InvalidOptionError):
+            js.publish_async(subj(stream), b"x", msg_id=bad)
+
+
 def test_options_and_headers_are_sent(nc: Client, stream: str) -> None:
     js = nc.jetstream()
     fut = js.publish_async(subj(stream), b"x", headers={"X-A": "1"}, msg_id="hdr", expected_stream=stream)
