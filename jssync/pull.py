@@ -29,7 +29,15 @@ import msgspec
 
 from jscore import events as ev
 from jscore import pull as P
-from jscore.errors import ConnectionClosedError, InvalidOptionError, NatsError, NoMessagesError, TimeoutError
+from jscore.errors import (
+    ConnectionClosedError,
+    ConsumerNotFoundError,
+    InvalidOptionError,
+    NatsError,
+    NoMessagesError,
+    StreamNotFoundError,
+    TimeoutError,
+)
 from jscore.protocol import MsgReceived
 
 from .client import Subscription
@@ -50,6 +58,11 @@ _monotonic: Final = time.monotonic
 _SAFETY: Final = 5.0
 # The longest a consume handler's ack waits to be written with others (see ConsumeContext._run).
 _ACK_DELAY: Final = 0.002
+# 503s in a row after which a consume asks whether its consumer still exists: gone ends the
+# consume with the typed error; still there (a cluster without quorum, a leader election) keeps
+# it retrying with the machine's backoff (up to 10 s).
+_NO_RESPONDERS_CHECK: Final = 3
+_NEVER: Final = 2_147_483_647  # (the machine never ends the consume on 503s itself)
 
 
 class _End:
@@ -98,6 +111,7 @@ class _Driver:
         self._inbox = ""
         self._sid = 0
         self._done = False
+        self._strikes = 0  # (consume: 503s since the last delivery; see _ConsumeDriver)
         self.error: BaseException | None = None
 
     def _start(self) -> None:
@@ -177,6 +191,7 @@ class _Driver:
             cls = e.__class__
             if cls is P.MessageDelivered:
                 q.put(JsMsg._from_event(e.msg, client))  # type: ignore[union-attr]
+                self._strikes = 0
             elif cls is P.PullRequested:
                 try:
                     self._conn.publish(self._pull_subject, e.body, self._inbox)  # type: ignore[union-attr]
@@ -352,6 +367,7 @@ class _ConsumeDriver(_Driver):
         self._group = group
         self._taken = 0
         self._taken_bytes = 0
+        self._checking = False
 
     def _on_notification(self, e: Any) -> None:
         cls = e.__class__
@@ -359,8 +375,30 @@ class _ConsumeDriver(_Driver):
             self._consumer._pins[self._group] = e.pin_id
         elif cls is P.PinIdCleared:
             self._consumer._pins.pop(self._group, None)
+        elif cls is P.StatusWarning and e.code == 503:
+            self._strikes += 1
+            if self._strikes >= _NO_RESPONDERS_CHECK and not self._checking:
+                self._checking = True
+                threading.Thread(target=self._verify, args=(e.error,), name="jssync-consume-check",
+                                 daemon=True).start()
         self._notify(e)
 
+    def _verify(self, cause: BaseException) -> None:
+        """Off the I/O thread: does the consumer still exist? (ADR-37 allows the check.)"""
+        gone: BaseException | None = None
+        try:
+            self._consumer.info(timeout=2.0)
+        except (ConsumerNotFoundError, StreamNotFoundError) as exc:
+            gone = exc
+            gone.__cause__ = cause
+        except NatsError:
+            pass  # JetStream unreachable or electing: keep retrying
+        client = self._client
+        with client._lock:
+            self._checking = False
+            self._strikes = 0
+            if gone is not None:
+                self._finish(gone, "the consumer is gone (503 no responders, then not found)")
     def took(self, count: int, size: int) -> None:
         """A reader took ``count`` messages of ``size`` bytes from the queue (any thread);
         deferred acks go out with the pull this may send."""
@@ -423,6 +461,9 @@ def _consume_options(
         min_ack_pending=min_ack_pending,
         priority=priority,
         pin_id=pin_id,
+        # The machine would end after K 503s in a row; the transport asks the server instead
+        # (see _ConsumeDriver._verify), so the machine only warns and backs off.
+        no_responders_limit=_NEVER,
     )
 
 
