@@ -1050,6 +1050,12 @@ class ConsumeMachine(_Machine):
         return (self.pending_bytes if self._by_bytes else self.pending_messages) > 0
 
     @property
+    def waiting_for_take(self) -> bool:
+        """A 409 MaxBytes came while messages were buffered: the next pull waits until the
+        application takes one (it may make room for the message that did not fit)."""
+        return self._wait_take
+
+    @property
     def pull_blocked_until(self) -> float | None:
         """When a held pull may go (a 409 MaxBytes hold or a 503 backoff); None when free."""
         if self._hold_until is None:

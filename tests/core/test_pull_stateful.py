@@ -280,6 +280,10 @@ class ConsumeModel(RuleBasedStateMachine):
         m, o = self.m, self.opts
         if m.state is not PullState.RUNNING or not m.connected or m.pull_blocked_until is not None:
             return
+        if m.waiting_for_take:
+            # (409 MaxBytes with messages buffered: the next take brings the pull)
+            assert m.buffered_messages > 0, "waiting for a take with nothing to take"
+            return
         if o.by_bytes:
             used, threshold, limit = m.pending_bytes + m.buffered_bytes, o.threshold_bytes, o.max_bytes
         else:
