@@ -365,8 +365,6 @@ class _ConsumeDriver(_Driver):
     def __init__(self, consumer: Consumer, machine: P.ConsumeMachine, group: str | None) -> None:
         super().__init__(consumer, machine)
         self._group = group
-        self._taken = 0
-        self._taken_bytes = 0
         self._checking = False
 
     def _on_notification(self, e: Any) -> None:
