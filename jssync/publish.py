@@ -425,30 +425,20 @@ class Publisher:
         :class:`ConnectionClosedError` (no future is returned then).
         """
         auto = self.auto_msg_id if auto_msg_id is None else auto_msg_id
-        if (
+        plain = (
             headers is None
-            and msg_id is None
-            and not auto
             and expected_stream is None
             and expected_last_seq is None
             and expected_last_subject_seq is None
             and expected_last_subject_seq_subject is None
             and expected_last_msg_id is None
             and ttl is None
-        ):
+        )
+        if plain and msg_id is None and not auto:
             hdrs: HeadersInput | None = None
             mid: str | None = None
             hblock: bytes | None = None
-        elif (
-            msg_id is not None
-            and headers is None
-            and expected_stream is None
-            and expected_last_seq is None
-            and expected_last_subject_seq is None
-            and expected_last_subject_seq_subject is None
-            and expected_last_msg_id is None
-            and ttl is None
-        ):
+        elif plain and msg_id is not None:
             # The common exactly-once case (only a msg id): its header block is built here
             # directly, the same bytes encode_headers would give (checked by a test).
             mid = check_msg_id(msg_id)
