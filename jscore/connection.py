@@ -483,6 +483,17 @@ class Connection:
             return True
         return False
 
+    def publish_frames(self, data: bytes, count: int) -> bool:
+        """Queue ``count`` complete ``PUB``/``HPUB`` frames joined into ``data``, each built by
+        the caller from a validated subject with a payload within :attr:`max_payload` (the bulk
+        publisher checks both). False, queueing nothing, when not connected."""
+        if self.state is _CONNECTED:
+            self._out.append(data)
+            self.out_bytes += len(data)
+            self.msgs_out += count
+            return True
+        return False
+
     def _publish_checked(
         self,
         subject: str,

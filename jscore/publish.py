@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from typing import Final, Generic, TypeVar
 
 import msgspec
@@ -32,6 +33,7 @@ from .errors import (
     DuplicateMsgIdInProcessError,
     InvalidOptionError,
     JetStreamError,
+    MaxMsgsPerSubjectError,
     NoStreamResponseError,
     PubAckTimeoutError,
 )
@@ -57,6 +59,7 @@ __all__ = [
     "PendingPublish",
     "PublishWindow",
     "WindowStats",
+    "FrameWindow",
 ]
 
 MSG_ID: Final = "Nats-Msg-Id"
@@ -573,3 +576,210 @@ def _lost_error(entry: PendingPublish) -> PubAckTimeoutError:
         f"the connection was lost before the PubAck for {entry.subject!r} arrived and the publish has "
         "no msg id to re-send it safely: it may or may not be stored"
     )
+
+
+# ==================================================================================== frame window
+
+
+class FrameWindow:
+    """Bookkeeping of a bulk, idempotent publisher: every message carries a ``Nats-Msg-Id``, so
+    whatever is ambiguous (no PubAck in time, a lost connection, 503 no responders, 10158 "in
+    process") is answered by writing **the same frame** again, reply token included, and the
+    stream deduplicates it. The Spark writers publish through it.
+
+    Entries are complete frames keyed by an ``int`` token (the last token of their reply
+    subject); nothing else is kept per message, and an ack costs a dict pop and one decode.
+    Frames are written in batches: :meth:`sent` records one deadline per batch. The caller owns
+    the transport, the lock and the clock; it calls :meth:`receive_ack` for every message on the
+    reply inbox, :meth:`due` when :meth:`next_deadline` has passed, and :meth:`everything` after a
+    reconnect. A definite refusal is kept in :attr:`failure` (the first one); the caller stops
+    there. Counters: ``written`` (stored, duplicates included), ``duplicates``, ``resent``.
+
+    ``per_subject_dedup``: the refusal 10077 "maximum messages per subject exceeded" means
+    "already written" (a ``discard_new_per_subject`` stream keyed by the msg id in the subject).
+    """
+
+    __slots__ = (
+        "frames",
+        "max_pending",
+        "ack_timeout",
+        "retries",
+        "retry_wait",
+        "wake_level",
+        "per_subject_dedup",
+        "written",
+        "duplicates",
+        "resent",
+        "failure",
+        "failed_token",
+        "_deadlines",
+        "_retry",
+        "_attempts",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_pending: int = 4000,
+        ack_timeout: float = 30.0,
+        retries: int = 5,
+        retry_wait: float = 0.1,
+        per_subject_dedup: bool = False,
+    ) -> None:
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+            raise InvalidOptionError(f"max_pending must be an int >= 1, got {max_pending!r}")
+        for name, value in (("ack_timeout", ack_timeout), ("retry_wait", retry_wait)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise InvalidOptionError(f"{name} must be > 0 seconds, got {value!r}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise InvalidOptionError(f"retries must be an int >= 0, got {retries!r}")
+        self.frames: dict[int, bytes] = {}
+        self.max_pending = max_pending
+        self.ack_timeout = float(ack_timeout)
+        self.retries = retries
+        self.retry_wait = float(retry_wait)
+        self.wake_level = -1  # receive_ack answers True once in_flight <= this (the caller sets it)
+        self.per_subject_dedup = per_subject_dedup
+        self.written = 0
+        self.duplicates = 0
+        self.resent = 0
+        self.failure: BaseException | None = None
+        self.failed_token: int | None = None
+        self._deadlines: deque[tuple[float, Iterable[int]]] = deque()  # batches, oldest first
+        self._retry: dict[int, float] = {}  # token -> not before (its frame stays in .frames)
+        self._attempts: dict[int, int] = {}
+
+    @property
+    def in_flight(self) -> int:
+        """Messages written (or waiting to be written again) and not settled."""
+        return len(self.frames)
+
+    @property
+    def has_room(self) -> bool:
+        return len(self.frames) < self.max_pending
+
+    def sent(self, tokens: Iterable[int], frames: Iterable[bytes], now: float) -> None:
+        """A batch of new frames was written (or queued for the next connection)."""
+        self.frames.update(zip(tokens, frames))
+        self._deadlines.append((now + self.ack_timeout, tokens))
+
+    def receive_ack(self, token: int, data: bytes, status: int | None, now: float) -> bool:
+        """A message on the reply inbox. True when the caller's waiting thread should look:
+        the window went down to :attr:`wake_level`, a re-send was scheduled, or it failed."""
+        frames = self.frames
+        if token not in frames:
+            return False  # a late ack: the token was settled by the answer to another copy
+        if status is None and b'"error"' not in data:
+            try:
+                ack = _ack_decoder.decode(data)
+            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+                pass
+            else:
+                if ack.seq > 0 and ack.stream:
+                    return self._stored(token, ack.duplicate)
+        if status == 503 and not data:
+            error: BaseException = NoStreamResponseError("no stream answered the publish (503 no responders)")
+        elif status is not None:
+            return self._fail(token, JetStreamError(f"unexpected status {status} in reply to a publish"))
+        else:
+            try:
+                ack = decode_pub_ack(data)
+            except DuplicateMsgIdInProcessError as exc:
+                error = exc
+            except MaxMsgsPerSubjectError as exc:
+                if not self.per_subject_dedup:
+                    return self._fail(token, exc)
+                return self._stored(token, True)
+            except JetStreamError as exc:
+                return self._fail(token, exc)
+            else:
+                return self._stored(token, ack.duplicate)
+        if token in self._retry:
+            return False  # already scheduled (the answer to a second copy)
+        attempts = self._attempts.get(token, 0)
+        if attempts >= self.retries:
+            return self._fail(token, error, exhausted=attempts)
+        self._attempts[token] = attempts + 1
+        self._retry[token] = now + min(5.0, self.retry_wait * (2**attempts))
+        return True
+
+    def _stored(self, token: int, duplicate: bool | None) -> bool:
+        frames = self.frames
+        del frames[token]
+        if self._retry:
+            self._retry.pop(token, None)
+        self.written += 1
+        if duplicate:
+            self.duplicates += 1
+        return len(frames) <= self.wake_level
+
+    def _fail(self, token: int, error: BaseException, exhausted: int = 0) -> bool:
+        self.frames.pop(token, None)
+        self._retry.pop(token, None)
+        if self.failure is None:
+            if exhausted:
+                _add_note(error, f"(after {exhausted} re-sends of the same frame)")
+            self.failure = error
+            self.failed_token = token
+        return True
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`due` has something to do (a batch's ack deadline or a scheduled re-send)."""
+        best: float | None = self._deadlines[0][0] if self._deadlines else None
+        if self._retry:
+            at = min(self._retry.values())
+            if best is None or at < best:
+                best = at
+        return best
+
+    def due(self, now: float) -> list[bytes]:
+        """The frames to write again now: scheduled re-sends whose wait is over, and every
+        frame of a batch whose ack deadline passed (ambiguous: maybe stored). Each counts as an
+        attempt; a frame out of attempts fails the window (:attr:`failure`)."""
+        frames = self.frames
+        retry = self._retry
+        tokens: list[int] = []
+        if retry:
+            for token, at in list(retry.items()):
+                if at <= now:
+                    del retry[token]
+                    if token in frames:
+                        tokens.append(token)
+        chosen = set(tokens)
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            for token in deadlines.popleft()[1]:
+                if token in frames and token not in retry and token not in chosen:
+                    attempts = self._attempts.get(token, 0)
+                    if attempts >= self.retries:
+                        error = PubAckTimeoutError(
+                            f"no PubAck within {self.ack_timeout:g} s: the message may or may not be stored"
+                        )
+                        self._fail(token, error, exhausted=attempts)
+                        continue
+                    self._attempts[token] = attempts + 1
+                    tokens.append(token)
+                    chosen.add(token)
+        if not tokens:
+            return []
+        self.resent += len(tokens)
+        deadlines.append((now + self.ack_timeout, tokens))
+        return [frames[t] for t in tokens]
+
+    def everything(self, now: float) -> list[bytes]:
+        """After a reconnect: every frame in flight, in token order, to write again on the new
+        connection (their acks may never come); deadlines restart. Not counted as attempts."""
+        frames = self.frames
+        tokens = sorted(frames)
+        self._retry.clear()
+        self._deadlines.clear()
+        if tokens:
+            self._deadlines.append((now + self.ack_timeout, tokens))
+            self.resent += len(tokens)
+        return [frames[t] for t in tokens]
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    add = getattr(error, "add_note", None)
+    if add is not None:
+        add(note)

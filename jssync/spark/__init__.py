@@ -312,9 +312,8 @@ class JetStreamForeachWriter:
         self._client = client
         try:
             ensure_checked(config, client, self.options)
-            js = _cache.get_jetstream(config, max_pending=self.options.max_pending, ack_timeout=self.options.ack_timeout)
             prefix = None if wid is None else f"{wid}-{int(epoch_id)}-{int(partition_id)}-"
-            self._writer = PartitionWriter(js, self.options, write_id=wid, partition_id=int(partition_id), id_prefix=prefix)
+            self._writer = PartitionWriter(client, self.options, write_id=wid, partition_id=int(partition_id), id_prefix=prefix)
         except BaseException:
             self._fail()
             raise
@@ -337,6 +336,7 @@ class JetStreamForeachWriter:
             self._release()
             return
         if error is not None:
+            writer.close()
             self._fail()
             return
         try:
@@ -353,7 +353,10 @@ class JetStreamForeachWriter:
             _cache.release(self.config, client)
 
     def _fail(self) -> None:
+        writer = self._writer
         self._writer = None
+        if writer is not None:
+            writer.close()
         client = self._client
         self._client = None
         if client is not None:

@@ -1,7 +1,8 @@
 """Publishing the rows of one Spark partition exactly once.
 
-Every row goes through the JetStream async-publish window with a **msg id** that is the same on
-every attempt of the task:
+Every row becomes one ``HPUB`` frame with a **msg id** that is the same on every attempt of the
+task, published through :class:`jssync.bulk.BulkPublisher` (batches of frames, every PubAck
+checked on the I/O thread):
 
 * deterministic: ``<write id>-<partition id>-<row index>``, where the write id is fixed on the
   driver before the job (:func:`make_write_id`, a streaming query id and batch id, or the user's
@@ -9,9 +10,10 @@ every attempt of the task:
   a plan that gives a partition the same rows in the same order on every attempt;
 * or taken from a column (``msgIdColumn``) when the plan is not deterministic.
 
-Every ack is checked. A publish whose outcome is unknown (:class:`PubAckTimeoutError`), that found
-no stream (503) or whose id was "in process" (10158) is sent again **with the same msg id**, up
-to ``retries`` times with a growing back-off; a definite refusal fails the task. A task never
+Every ack is checked. A publish whose outcome is unknown (no PubAck within ``ack_timeout``, a
+lost connection), that found no stream (503) or whose id was "in process" (10158) is sent again
+as **the same frame** (same msg id), up to ``retries`` times (503 and 10158 with a growing
+back-off); a definite refusal fails the task. A task never
 returns while one of its publishes is unacknowledged. With ``dedupeMode=subject`` the id is also
 the last token of the subject (``<subject>.<id>``) on a ``discard_new_per_subject`` stream with
 ``max_msgs_per_subject=1``, and the refusal :class:`MaxMsgsPerSubjectError` means "already
@@ -23,35 +25,28 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
-import time
 import warnings
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Final
 
 from jscore.errors import (
     BadSubjectError,
-    DuplicateMsgIdInProcessError,
     InvalidOptionError,
-    JetStreamAPIError,
-    MaxMsgsPerSubjectError,
+    MaxPayloadError,
     NatsError,
-    NoRespondersError,
-    PubAckTimeoutError,
-    StoreFailedError,
     StreamNotFoundError,
-    TimeoutError,
 )
+from jscore.headers import encode_headers
 from jscore.protocol import check_publish_subject
+from jscore.publish import check_msg_id, publish_headers
+from jssync.bulk import BulkPublisher
 
 from . import _cache
 from ._config import NatsConfig, WriteOptions
 
 if TYPE_CHECKING:
     from jssync.client import Client
-    from jssync.jetstream import JetStream
-    from jssync.publish import PubAckFuture
 
 __all__ = [
     "WriteResult",
@@ -66,11 +61,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger("jssync.spark")
-_monotonic = time.monotonic
 
 _BACKOFF_FIRST: Final = 0.1  # seconds before the first re-send of a failed publish
-_BACKOFF_MAX: Final = 5.0
-_SETTLE_GRACE: Final = 30.0  # beyond ack_timeout, how long to wait for a future to settle
 _TOKEN_BAD: Final = frozenset(" \t\r\n.*>")
 _END: Final = object()
 
@@ -330,41 +322,26 @@ def _checked_keys(config: NatsConfig) -> frozenset[object]:
 # --------------------------------------------------------------------------- publishing
 
 
-class _Item:
-    __slots__ = ("fut", "subject", "payload", "headers", "msg_id", "attempts", "not_before")
+_BATCH: Final = 64  # rows per hand-over to the bulk publisher (one lock, one write)
+_MSG_ID_HDR: Final = b"NATS/1.0\r\nNats-Msg-Id: "
+_tuple_item = tuple.__getitem__  # (pyspark's Row.__getitem__ is Python code; a Row is a tuple)
 
-    def __init__(self, subject: str, payload: bytes, headers: Any, mid: str) -> None:
-        self.fut: PubAckFuture | None = None
-        self.subject = subject
-        self.payload = payload
-        self.headers = headers
-        self.msg_id = mid
-        self.attempts = 0
-        self.not_before = 0.0
-
-
-def _retryable(exc: BaseException) -> bool:
-    """Transient or ambiguous: safe to send again with the same msg id."""
-    if isinstance(exc, (PubAckTimeoutError, DuplicateMsgIdInProcessError, NoRespondersError, TimeoutError)):
-        return True
-    if isinstance(exc, StoreFailedError):  # 10077 limits: a retry gets the same answer
-        return False
-    if isinstance(exc, JetStreamAPIError):
-        return exc.code == 503  # e.g. "JetStream system temporarily unavailable"
-    return False
+Build = Callable[[Any, int], bytes]
 
 
 class PartitionWriter:
     """Publishes the rows of one partition attempt and settles every ack (used by every writer).
 
-    ``add(row)`` publishes (blocking while ``max_pending`` publishes are in flight);
-    ``finish()`` waits for every ack, re-sending what failed transiently, and returns the
-    :class:`WriteResult`. Not thread-safe: one per task.
+    ``add(row)`` (or ``add_all(rows)``) turns rows into ``HPUB`` frames carrying their msg id and
+    hands them to a :class:`jssync.bulk.BulkPublisher` in batches (blocking while
+    ``max_pending`` are in flight); ``finish()`` waits for every ack, re-sending what is
+    ambiguous as the same frame, and returns the :class:`WriteResult`; ``close()`` drops the
+    reply inbox (``finish`` does it too). Not thread-safe: one per task.
     """
 
     def __init__(
         self,
-        js: JetStream,
+        client: Client,
         options: WriteOptions,
         *,
         write_id: str | None,
@@ -378,19 +355,28 @@ class PartitionWriter:
                     "(or set msgIdColumn to take them from a column)"
                 )
             check_write_id(write_id, "run_id")
-        self._js = js
         self._options = options
         self._subject_mode = options.dedupe_mode == "subject"
         self._fixed_subject = options.subject
         self._prefix = id_prefix if id_prefix is not None else f"{write_id}-{partition_id}-"
-        self._pending: deque[_Item] = deque()
-        self._retry: deque[_Item] = deque()
-        self._max_pending = options.max_pending
+        self._bulk = BulkPublisher(
+            client,
+            max_pending=options.max_pending,
+            ack_timeout=options.ack_timeout,
+            retries=options.retries,
+            retry_wait=_BACKOFF_FIRST,
+            per_subject_dedup=self._subject_mode,
+        )
+        self._reply = self._bulk.reply_prefix
+        self._max_payload = self._bulk.max_payload
+        self._batch: list[bytes] = []
+        self._first = 0  # the token (row index) of the batch's first frame
         self._index = 0
+        self._build: Build | None = None
+        self._key: object = None
         self._extract: Extract | None = None
         self._shape: object = None
         self.result = WriteResult()
-        self._settle_wait = options.ack_timeout + _SETTLE_GRACE
 
     @property
     def rows_seen(self) -> int:
@@ -398,21 +384,111 @@ class PartitionWriter:
 
     @property
     def in_flight(self) -> int:
-        return len(self._pending) + len(self._retry)
+        return self._bulk.window.in_flight + len(self._batch)
 
-    # -- rows -> publishes
+    # -- rows -> frames
 
     def add(self, row: Any) -> None:
-        opts = self._options
-        extract = self._extract
-        shape = _shape(row)
-        if extract is None or (shape is not self._shape and shape != self._shape):
-            extract, _ = _extractor(row, opts)
-            self._extract = extract
-        self._shape = shape
-        data, subject, headers, mid = extract(row)
+        build = self._build
+        if build is None or _key(row) is not self._key and _key(row) != self._key:
+            build = self._builder(row)
+        batch = self._batch
+        batch.append(build(row, self._index))
+        self._index += 1
+        if len(batch) >= _BATCH:
+            self._send()
+
+    def add_all(self, rows: Iterable[Any]) -> None:
+        """``add`` for every row (the same, with less interpreter work per row)."""
+        batch = self._batch
         index = self._index
-        self._index = index + 1
+        build = self._build
+        key = self._key
+        try:
+            for row in rows:
+                k = _key(row)
+                if build is None or k is not key and k != key:
+                    build = self._builder(row)
+                    key = self._key
+                batch.append(build(row, index))
+                index += 1
+                if len(batch) >= _BATCH:
+                    self._index = index
+                    self._send()
+                    batch = self._batch
+        finally:
+            self._index = index
+
+    def _send(self) -> None:
+        batch = self._batch
+        first = self._first
+        self._batch = []
+        self._first = first + len(batch)
+        try:
+            self._bulk.send(first, batch)
+        except NatsError as exc:
+            raise self._failed(exc) from None
+
+    def _builder(self, row: Any) -> Build:
+        """The frame builder for rows shaped like ``row``: a lean one for the common case (a
+        fixed subject, msg ids from the write id, a Row, tuple or bytes), else the general one."""
+        self._key = _key(row)
+        opts = self._options
+        fields = getattr(row, "__fields__", None)
+        fast = opts.subject is not None and opts.msg_id_column is None and not self._subject_mode
+        build: Build
+        if fast and isinstance(row, tuple) and fields is not None and opts.data_column in fields:
+            names = list(fields)
+            di = names.index(opts.data_column)
+            hi = names.index(opts.headers_column) if opts.headers_column in names else -1
+            build = self._fast_builder(di, hi)
+        elif fast and isinstance(row, (bytes, bytearray, memoryview, str)):
+            build = self._fast_builder(-1, -1)
+        else:
+            self._extract, self._shape = _extractor(row, opts)
+            build = self._frame
+        self._build = build
+        return build
+
+    def _fast_builder(self, di: int, hi: int) -> Build:
+        assert self._options.subject is not None
+        try:
+            subj = check_publish_subject(self._options.subject, "subject")
+        except BadSubjectError as exc:
+            raise InvalidOptionError(f"subject: {exc}") from None
+        head = b"HPUB %s %s" % (subj, self._reply)
+        mid_prefix = self._prefix.encode()
+        base = len(_MSG_ID_HDR) + len(mid_prefix) + 4  # + the index digits
+        limit = self._max_payload
+        general = self._frame
+        column = self._options.data_column
+
+        def build(row: Any, index: int) -> bytes:
+            if di >= 0:
+                data = _tuple_item(row, di)
+                if hi >= 0 and _tuple_item(row, hi):
+                    return general(row, index)  # this row has headers
+            else:
+                data = row
+            if data.__class__ is not bytes:
+                data = _payload(data, column)
+            ib = b"%d" % index
+            hl = base + len(ib)
+            size = hl + len(data)
+            if size > limit:
+                raise _too_big(index, size, limit)
+            return b"%s%s %d %d\r\nNATS/1.0\r\nNats-Msg-Id: %s%s\r\n\r\n%s\r\n" % (head, ib, hl, size, mid_prefix, ib, data)
+
+        return build
+
+    def _frame(self, row: Any, index: int) -> bytes:
+        """The general builder: any row shape, subject and msg-id column, headers, subject mode."""
+        opts = self._options
+        shape = _shape(row)
+        if self._extract is None or (shape is not self._shape and shape != self._shape):
+            self._extract, self._shape = _extractor(row, opts)
+        assert self._extract is not None
+        data, subject, headers, mid = self._extract(row)
         payload = _payload(data, opts.data_column)
         if opts.msg_id_column is not None:
             if mid is None or mid == "":
@@ -423,6 +499,10 @@ class PartitionWriter:
                     f"msgIdColumn: msg id {mid[:64]!r} (row {index}) cannot be a subject token in dedupeMode=subject "
                     f"(no '.', '*', '>' or whitespace)"
                 )
+            try:
+                check_msg_id(mid)
+            except InvalidOptionError as exc:
+                raise InvalidOptionError(f"msgIdColumn: row {index}: {exc}") from None
         else:
             mid = self._prefix + str(index)
         subj = self._fixed_subject
@@ -435,115 +515,68 @@ class PartitionWriter:
         if self._subject_mode:
             subj = f"{subj}.{mid}"
         try:
-            check_publish_subject(subj, "subject")
+            subj_b = check_publish_subject(subj, "subject")
         except BadSubjectError as exc:
             raise InvalidOptionError(f"subject: row {index}: {exc}") from None
-        item = _Item(subj, payload, _headers(headers, opts.headers_column) if headers is not None else None, mid)
-        self._make_room()
-        self._send(item)
-
-    def _make_room(self) -> None:
-        pending = self._pending
-        # Settle what is already done at the head (cheap), then block on the oldest while full.
-        while pending and pending[0].fut is not None and pending[0].fut.done():
-            self._settle(pending.popleft())
-        while len(pending) >= self._max_pending:
-            self._settle(pending.popleft())
-        if self._retry:
-            self._resend_due(_monotonic())
-
-    def _send(self, item: _Item) -> None:
-        try:
-            item.fut = self._js.publish_async(
-                item.subject,
-                item.payload,
-                headers=item.headers,
-                msg_id=item.msg_id,
-                timeout=self._options.ack_timeout,
-            )
-        except NatsError as exc:
-            if not _retryable(exc):  # closed connection, max payload, bad header ...
-                raise
-            self._schedule_retry(item, exc)
-            return
-        self._pending.append(item)
-
-    def _settle(self, item: _Item) -> None:
-        """Wait for one publish (already sent) and account for it; failures are scheduled again."""
-        fut = item.fut
-        assert fut is not None
-        try:
-            ack = fut.result(self._settle_wait)
-        except MaxMsgsPerSubjectError as exc:
-            if self._subject_mode:
-                self.result.written += 1
-                self.result.duplicates += 1
-                return
-            raise _fail(item, exc) from exc
-        except NatsError as exc:
-            if not _retryable(exc):
-                raise _fail(item, exc) from exc
-            self._schedule_retry(item, exc)
-            return
-        self.result.written += 1
-        if ack.duplicate:
-            self.result.duplicates += 1
-
-    def _schedule_retry(self, item: _Item, exc: BaseException) -> None:
-        if item.attempts >= self._options.retries:
-            raise _fail(item, exc, exhausted=True) from exc
-        item.attempts += 1
-        item.not_before = _monotonic() + min(_BACKOFF_MAX, _BACKOFF_FIRST * (2 ** (item.attempts - 1)))
-        item.fut = None
-        _log.info("jssync.spark: publish %s to %r failed (%s); sending it again (attempt %d)", item.msg_id, item.subject, exc, item.attempts)
-        self._retry.append(item)
-
-    def _resend_due(self, now: float) -> None:
-        retry = self._retry
-        for _ in range(len(retry)):
-            item = retry.popleft()
-            if item.not_before > now:
-                retry.append(item)
-                continue
-            self.result.resent += 1
-            while len(self._pending) >= self._max_pending:
-                self._settle(self._pending.popleft())
-            self._send(item)
+        user = _headers(headers, opts.headers_column) if headers is not None else None
+        if user is None:
+            hdr = b"%s%s\r\n\r\n" % (_MSG_ID_HDR, mid.encode())
+        else:
+            merged, _ = publish_headers(user, msg_id=mid)
+            assert merged is not None
+            hdr = encode_headers(merged)
+        hl = len(hdr)
+        size = hl + len(payload)
+        if size > self._max_payload:
+            raise _too_big(index, size, self._max_payload)
+        return b"HPUB %s %s%d %d %d\r\n%s%s\r\n" % (subj_b, self._reply, index, hl, size, hdr, payload)
 
     # -- the end of the partition
 
     def finish(self) -> WriteResult:
         """Wait until every publish of this writer is acknowledged (or re-sent and then
         acknowledged); raises the first definite failure, or the last error of a publish whose
-        retries are exhausted."""
-        pending, retry = self._pending, self._retry
-        while pending or retry:
-            if pending:
-                self._settle(pending.popleft())
-            if retry:
-                now = _monotonic()
-                if not pending:
-                    wait = min(item.not_before for item in retry) - now
-                    if wait > 0:
-                        time.sleep(wait)
-                        now = _monotonic()
-                self._resend_due(now)
-        return self.result
-
-
-def _fail(item: _Item, exc: BaseException, *, exhausted: bool = False) -> NatsError:
-    """The error that fails the task, naming the message; keeps the original's class."""
-    if exhausted:
-        note = f"publish of msg id {item.msg_id!r} to {item.subject!r} failed after {item.attempts} re-sends: {exc}"
-    else:
-        note = f"publish of msg id {item.msg_id!r} to {item.subject!r} failed: {exc}"
-    if isinstance(exc, NatsError):
+        re-sends are exhausted. The reply inbox is dropped either way."""
         try:
-            exc.add_note(note)  # type: ignore[attr-defined]  # (3.11+)
-        except AttributeError:
-            pass
+            if self._batch:
+                self._send()
+            try:
+                window = self._bulk.finish()
+            except NatsError as exc:
+                raise self._failed(exc) from None
+            self.result = WriteResult(written=window.written, duplicates=window.duplicates, resent=window.resent)
+            return self.result
+        finally:
+            self._bulk.close()
+
+    def close(self) -> None:
+        """Give up (the task failed): drop the reply inbox; what is in flight is not waited for."""
+        self._batch = []
+        self._bulk.close()
+
+    def _failed(self, exc: NatsError) -> NatsError:
+        token = self._bulk.window.failed_token
+        if token is not None and exc is self._bulk.window.failure:
+            mid = f"{self._prefix}{token}" if self._options.msg_id_column is None else None
+            what = f"row {token}" + (f" (msg id {mid!r})" if mid else "")
+            _add_note(exc, f"publish of {what} failed: {exc}")
         return exc
-    return NatsError(note)
+
+
+def _key(row: Any) -> object:
+    """What must stay the same for a frame builder to fit the next row."""
+    fields = getattr(row, "__fields__", None)
+    return fields if fields is not None else row.__class__
+
+
+def _too_big(index: int, size: int, limit: int) -> MaxPayloadError:
+    return MaxPayloadError(f"row {index}: msg id header + data = {size} bytes > the server's max_payload {limit}")
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    add = getattr(exc, "add_note", None)
+    if add is not None:
+        add(note)
 
 
 # --------------------------------------------------------------------------- one partition
@@ -578,11 +611,12 @@ def write_partition(
     with _cache.lease(config) as client:
         try:
             ensure_checked(config, client, options)
-            js = _cache.get_jetstream(config, max_pending=options.max_pending, ack_timeout=options.ack_timeout)
-            writer = PartitionWriter(js, options, write_id=write_id, partition_id=partition_id)
-            for row in rows:
-                writer.add(row)
-            return writer.finish()
+            writer = PartitionWriter(client, options, write_id=write_id, partition_id=partition_id)
+            try:
+                writer.add_all(rows)
+                return writer.finish()
+            finally:
+                writer.close()
         except BaseException:
             _cache.discard_client(config, client)
             raise

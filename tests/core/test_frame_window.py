@@ -1,0 +1,174 @@
+"""jscore.publish.FrameWindow: the bulk publisher's bookkeeping, in virtual time."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jscore.errors import (
+    InvalidOptionError,
+    JetStreamError,
+    MaxMsgsError,
+    MaxMsgsPerSubjectError,
+    NoStreamResponseError,
+    PubAckTimeoutError,
+)
+from jscore.publish import FrameWindow
+
+
+def ack(seq: int, *, duplicate: bool = False) -> bytes:
+    body: dict[str, object] = {"stream": "S", "seq": seq}
+    if duplicate:
+        body["duplicate"] = True
+    return json.dumps(body).encode()
+
+
+def err(code: int, err_code: int, description: str) -> bytes:
+    return json.dumps({"error": {"code": code, "err_code": err_code, "description": description}}).encode()
+
+
+def frames(lo: int, hi: int) -> list[bytes]:
+    return [b"F%d" % t for t in range(lo, hi)]
+
+
+def test_acks_settle_and_count() -> None:
+    w = FrameWindow(max_pending=10, ack_timeout=5.0)
+    w.sent(range(0, 4), frames(0, 4), now=0.0)
+    assert (w.in_flight, w.has_room) == (4, True)
+    assert w.receive_ack(0, ack(1), None, 0.1) is False  # above wake_level (-1): nobody to wake
+    assert w.receive_ack(1, ack(2, duplicate=True), None, 0.1) is False
+    assert w.receive_ack(1, ack(2), None, 0.1) is False  # a late copy: ignored
+    assert w.receive_ack(99, ack(3), None, 0.1) is False  # never sent
+    assert (w.written, w.duplicates, w.in_flight) == (2, 1, 2)
+    w.wake_level = 1
+    assert w.receive_ack(2, ack(3), None, 0.2) is True  # down to the waiter's level
+    assert w.failure is None and w.next_deadline() == 5.0
+
+
+def test_window_fills() -> None:
+    w = FrameWindow(max_pending=3)
+    w.sent(range(3), frames(0, 3), 0.0)
+    assert not w.has_room
+
+
+def test_batch_deadline_resends_the_same_frames_then_fails_when_out_of_attempts() -> None:
+    w = FrameWindow(ack_timeout=1.0, retries=2)
+    w.sent(range(0, 3), frames(0, 3), 0.0)
+    w.receive_ack(1, ack(1), None, 0.5)
+    assert w.due(0.99) == []
+    assert w.due(1.0) == [b"F0", b"F2"]  # the same bytes: same msg id and reply token
+    assert w.resent == 2 and w.next_deadline() == 2.0
+    w.receive_ack(0, ack(2, duplicate=True), None, 1.5)  # the first copy was stored after all
+    assert w.due(2.0) == [b"F2"]
+    assert w.failure is None
+    assert w.due(3.0) == []  # F2 is out of attempts
+    assert isinstance(w.failure, PubAckTimeoutError) and w.failed_token == 2
+    assert (w.written, w.duplicates, w.in_flight) == (2, 1, 0)
+
+
+def test_no_responders_and_in_process_are_resent_with_backoff() -> None:
+    w = FrameWindow(ack_timeout=30.0, retries=3, retry_wait=0.1)
+    w.sent(range(2), frames(0, 2), 0.0)
+    assert w.receive_ack(0, b"", 503, 0.0) is True
+    assert w.receive_ack(0, b"", 503, 0.0) is False  # the answer to a second copy: already scheduled
+    assert w.receive_ack(1, err(400, 10158, "duplicate message id is in process"), None, 0.0) is True
+    assert w.next_deadline() == pytest.approx(0.1)
+    assert sorted(w.due(0.1)) == [b"F0", b"F1"]
+    assert w.receive_ack(0, b"", 503, 0.1) is True
+    assert w.next_deadline() == pytest.approx(0.3)  # doubled
+    assert w.due(0.2) == []
+    assert w.due(0.31) == [b"F0"]
+    w.receive_ack(0, b"", 503, 0.3)
+    w.due(0.7)
+    assert w.failure is None
+    w.receive_ack(0, b"", 503, 0.7)  # 4th answer: 3 re-sends used up
+    assert isinstance(w.failure, NoStreamResponseError) and w.failed_token == 0
+    assert "(after 3 re-sends of the same frame)" in "".join(getattr(w.failure, "__notes__", [""]))
+
+
+def test_success_for_a_scheduled_token_settles_it() -> None:
+    w = FrameWindow(retries=3)
+    w.sent([7], [b"F7"], 0.0)
+    w.receive_ack(7, b"", 503, 0.0)
+    w.receive_ack(7, ack(1), None, 0.01)  # the original was stored after all
+    assert (w.written, w.in_flight, w.next_deadline()) == (1, 0, 30.0)
+    assert w.due(1.0) == []
+
+
+def test_definite_refusals_fail_the_window_once() -> None:
+    w = FrameWindow()
+    w.sent(range(3), frames(0, 3), 0.0)
+    assert w.receive_ack(0, err(400, 10077, "maximum messages exceeded"), None, 0.0) is True
+    assert isinstance(w.failure, MaxMsgsError) and w.failed_token == 0
+    w.receive_ack(1, b"", 408, 0.0)  # a second failure: the first is kept
+    assert w.failed_token == 0 and w.in_flight == 1
+
+
+def test_unexpected_status_fails() -> None:
+    w = FrameWindow()
+    w.sent([0], [b"F0"], 0.0)
+    w.receive_ack(0, b"", 408, 0.0)
+    assert isinstance(w.failure, JetStreamError)
+
+
+def test_per_subject_refusal_is_already_written_only_in_subject_mode() -> None:
+    body = err(400, 10077, "maximum messages per subject exceeded")
+    w = FrameWindow(per_subject_dedup=True)
+    w.sent([0], [b"F0"], 0.0)
+    w.receive_ack(0, body, None, 0.0)
+    assert (w.written, w.duplicates, w.failure) == (1, 1, None)
+    w = FrameWindow()
+    w.sent([0], [b"F0"], 0.0)
+    w.receive_ack(0, body, None, 0.0)
+    assert isinstance(w.failure, MaxMsgsPerSubjectError)
+
+
+def test_everything_after_a_reconnect_in_token_order() -> None:
+    w = FrameWindow(ack_timeout=1.0, retries=0)
+    w.sent([5, 6], [b"F5", b"F6"], 0.0)
+    w.sent([1, 2], [b"F1", b"F2"], 0.1)
+    w.receive_ack(6, b"", 503, 0.2)  # retries=0: fails F6 at once
+    assert w.failed_token == 6
+    assert w.everything(3.0) == [b"F1", b"F2", b"F5"]
+    assert w.next_deadline() == 4.0  # deadlines restart; not counted as attempts
+    assert w.due(3.5) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"max_pending": 0}, {"max_pending": True}, {"ack_timeout": 0}, {"ack_timeout": float("nan")}, {"retries": -1}, {"retry_wait": -1.0}],
+)
+def test_bad_settings(kwargs: dict[str, object]) -> None:
+    with pytest.raises(InvalidOptionError):
+        FrameWindow(**kwargs)  # type: ignore[arg-type]
+
+
+@given(st.lists(st.tuples(st.integers(0, 19), st.sampled_from(["ok", "dup", "503", "late"])), max_size=80), st.integers(0, 3))
+def test_every_token_ends_settled_or_failed(events: list[tuple[int, str]], retries: int) -> None:
+    """Whatever the answers, driving the window to its deadlines settles every frame: stored
+    (counted once) or failed; nothing stays in flight and nothing is counted twice."""
+    w = FrameWindow(ack_timeout=1.0, retries=retries, retry_wait=0.1)
+    w.sent(range(20), frames(0, 20), 0.0)
+    now = 0.0
+    stored: set[int] = set()
+    for token, what in events:
+        now += 0.05
+        if what == "ok" or what == "dup":
+            if token in w.frames:
+                stored.add(token)
+            w.receive_ack(token, ack(token + 1, duplicate=what == "dup"), None, now)
+        elif what == "503":
+            w.receive_ack(token, b"", 503, now)
+        else:
+            w.due(now)
+    for _ in range(100):
+        if not w.in_flight:
+            break
+        now += 1.0
+        w.due(now)
+    assert w.in_flight == 0
+    assert w.written == len(stored)
+    assert (w.failure is None) == (len(stored) == 20)

@@ -1,0 +1,154 @@
+"""The bulk publisher under the Spark writers (jssync.bulk + jscore.publish.FrameWindow) against
+a real nats-server: a lost connection, a server killed and restarted, acks that never come and a
+client closed under the writer. Whatever happens, the stream ends with every row exactly once,
+or the write raises a typed error; it never returns with a publish unconfirmed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import jssync
+from jscore.errors import ConnectionClosedError, MaxPayloadError, PubAckTimeoutError
+from jssync.bulk import BulkPublisher
+from jssync.server import NatsServer
+from jssync.spark import NatsConfig, WriteOptions, _cache, write_partition
+
+N = 20_000
+
+
+@pytest.fixture(autouse=True)
+def _no_cached_clients() -> Iterator[None]:
+    yield
+    _cache.close_all()
+
+
+def _stream(url: str, name: str, subject: str) -> Any:
+    c = jssync.connect(url, name="bulk-admin")
+    js = c.jetstream(timeout=10)
+    js.create_stream(name=name, subjects=[subject], duplicate_window=120.0)
+    return c, js
+
+
+def _check_exactly_once(js: Any, name: str, n: int, prefix: str) -> None:
+    """Every row stored once: n messages, distinct msg ids and the payloads 0..n-1."""
+    info = js.stream_info(name)
+    assert info.state.messages == n
+    ids = set()
+    payloads = set()
+    oc = js.ordered_consumer(name)
+    for msg in oc.fetch(n, expires=30):
+        ids.add(msg.headers["Nats-Msg-Id"])
+        payloads.add(int(msg.data))
+    assert len(ids) == n and all(i.startswith(prefix) for i in ids)
+    assert payloads == set(range(n))
+
+
+def _rows(n: int, at: int, fault: Callable[[], None]) -> Iterator[bytes]:
+    for i in range(n):
+        if i == at:
+            fault()
+        yield b"%d" % i
+
+
+def test_connection_cut_mid_partition_loses_and_duplicates_nothing(
+    nats_server: NatsServer, fault_proxy: Callable[..., Any]
+) -> None:
+    admin, js = _stream(nats_server.url, "BCUT", "bcut.x")
+    proxy = fault_proxy(nats_server)
+    cfg = NatsConfig(servers=(proxy.url,))
+    try:
+        r = write_partition(_rows(N, N // 3, proxy.cut), cfg, WriteOptions(subject="bcut.x"), write_id="cut", partition_id=0)
+        assert r.written == N and r.resent > 0  # what was in flight went out again
+        assert _cache.get_client(cfg).stats["reconnects"] >= 1
+        _check_exactly_once(js, "BCUT", N, "cut-0-")
+    finally:
+        admin.close()
+
+
+def test_server_killed_and_restarted_mid_partition(nats_server_factory: Callable[..., NatsServer]) -> None:
+    server = nats_server_factory(jetstream_config="sync_interval: always")
+    admin, js = _stream(server.url, "BKILL", "bkill.x")
+    admin.close()
+    cfg = NatsConfig(servers=(server.url,))
+
+    def kill_and_restart() -> None:
+        server.kill()
+        threading.Thread(target=lambda: (time.sleep(0.3), server.restart()), daemon=True).start()
+
+    r = write_partition(_rows(N, N // 2, kill_and_restart), cfg, WriteOptions(subject="bkill.x"), write_id="kill", partition_id=3)
+    assert r.written == N
+    admin = jssync.connect(server.url, name="bulk-admin")
+    js = admin.jetstream(timeout=10)
+    try:
+        _check_exactly_once(js, "BKILL", N, "kill-3-")
+    finally:
+        admin.close()
+
+
+def test_acks_that_never_come_fail_after_the_resends(nats_server: NatsServer, fault_proxy: Callable[..., Any]) -> None:
+    admin, js = _stream(nats_server.url, "BDROP", "bdrop.x")
+    proxy = fault_proxy(nats_server)
+    proxy.drop_frames("down", lambda f: f.startswith(b"MSG _INBOX.") and b'"seq"' in f)
+    cfg = NatsConfig(servers=(proxy.url,))
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(PubAckTimeoutError) as info:
+            write_partition([b"a", b"b", b"c"], cfg, WriteOptions(subject="bdrop.x", ack_timeout=0.3, retries=2), write_id="d", partition_id=0)
+        assert time.monotonic() - t0 < 10
+        notes = " ".join(getattr(info.value, "__notes__", []))
+        assert "after 2 re-sends" in notes and "msg id 'd-0-" in notes
+        assert _cache.cached_configs() == []  # the failed task's client is dropped
+        assert js.stream_info("BDROP").state.messages == 3  # stored once, whatever was re-sent
+    finally:
+        admin.close()
+
+
+def test_client_closed_under_the_writer_raises(nats_server: NatsServer) -> None:
+    admin, js = _stream(nats_server.url, "BCLOSE", "bclose.x")
+    cfg = NatsConfig(servers=(nats_server.url,))
+    try:
+        with pytest.raises(ConnectionClosedError):
+            write_partition(_rows(5000, 2000, lambda: _cache.get_client(cfg).close()), cfg, WriteOptions(subject="bclose.x"), write_id="c", partition_id=0)
+        assert _cache.cached_configs() == []
+    finally:
+        admin.close()
+
+
+def test_row_over_max_payload_raises_before_it_is_sent(nats_server: NatsServer) -> None:
+    admin, js = _stream(nats_server.url, "BBIG", "bbig.x")
+    cfg = NatsConfig(servers=(nats_server.url,))
+    try:
+        big = b"x" * (1024 * 1024 + 1)
+        with pytest.raises(MaxPayloadError, match="row 1"):
+            write_partition([b"ok", big], cfg, WriteOptions(subject="bbig.x"), write_id="b", partition_id=0)
+    finally:
+        admin.close()
+
+
+def test_bulk_publisher_drops_its_inbox_and_ignores_late_acks(nats_server: NatsServer) -> None:
+    c = jssync.connect(nats_server.url)
+    try:
+        js = c.jetstream()
+        js.create_stream(name="BRAW", subjects=["braw.x"])
+        bp = BulkPublisher(c, max_pending=2, ack_timeout=5.0)
+        frames = []
+        for i in range(6):
+            hdr = b"NATS/1.0\r\nNats-Msg-Id: m%d\r\n\r\n" % i
+            data = b"%d" % i
+            frames.append(b"HPUB braw.x %s%d %d %d\r\n%s%s\r\n" % (bp.reply_prefix, i, len(hdr), len(hdr) + len(data), hdr, data))
+        for i in range(0, 6, 2):
+            bp.send(i, frames[i : i + 2])  # blocks while the window (2) is full
+        window = bp.finish()
+        assert (window.written, window.duplicates, window.in_flight) == (6, 0, 0)
+        subs = len(c._subs)
+        bp.close()
+        bp.close()
+        assert len(c._subs) == subs - 1
+        assert js.stream_info("BRAW").state.messages == 6
+    finally:
+        c.close()
