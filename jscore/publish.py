@@ -94,6 +94,18 @@ _BAD_TEXT: Final = frozenset(chr(c) for c in range(0x20)) | {"\x7f"}
 _ack_decoder: Final = msgspec.json.Decoder(PubAck)
 
 
+class _AckFields(msgspec.Struct):
+    """The fields of a publish reply the bulk path looks at (one decode, no ``in`` scan)."""
+
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    error: msgspec.Raw | None = None
+
+
+_ack_fields_decoder: Final = msgspec.json.Decoder(_AckFields)
+
+
 def decode_ack(data: bytes) -> PubAck:
     """:func:`jscore.models.decode_pub_ack` with a fast path for the common answer: a PubAck
     body (no ``error``) decoded straight into :class:`PubAck`. Anything else goes through
@@ -669,14 +681,20 @@ class FrameWindow:
         frames = self.frames
         if token not in frames:
             return False  # a late ack: the token was settled by the answer to another copy
-        if status is None and b'"error"' not in data:
+        if status is None:
             try:
-                ack = _ack_decoder.decode(data)
+                fields = _ack_fields_decoder.decode(data)
             except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                 pass
             else:
-                if ack.seq > 0 and ack.stream:
-                    return self._stored(token, ack.duplicate)
+                if fields.error is None and fields.seq > 0 and fields.stream:
+                    del frames[token]  # (the common case: _stored inlined)
+                    if self._retry:
+                        self._retry.pop(token, None)
+                    self.written += 1
+                    if fields.duplicate:
+                        self.duplicates += 1
+                    return len(frames) <= self.wake_level
         if status == 503 and not data:
             error: BaseException = NoStreamResponseError("no stream answered the publish (503 no responders)")
         elif status is not None:

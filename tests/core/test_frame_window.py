@@ -107,6 +107,18 @@ def test_definite_refusals_fail_the_window_once() -> None:
     assert w.failed_token == 0 and w.in_flight == 1
 
 
+def test_a_reply_with_an_error_is_never_counted_as_stored() -> None:
+    """Replies can carry the stream (and even a sequence) next to the error: still a failure."""
+    for body in (
+        b'{"error":{"code":400,"err_code":10077,"description":"maximum messages exceeded"},"stream":"S","seq":0}',
+        b'{"stream":"S","seq":9,"error":{"code":503,"err_code":10039,"description":"jetstream not enabled"}}',
+    ):
+        w = FrameWindow()
+        w.sent([0], [b"F0"], 0.0)
+        w.receive_ack(0, body, None, 0.0)
+        assert w.written == 0 and isinstance(w.failure, JetStreamError), body
+
+
 def test_unexpected_status_fails() -> None:
     w = FrameWindow()
     w.sent([0], [b"F0"], 0.0)
