@@ -599,7 +599,9 @@ class JetStreamStreamReader(DataSourceStreamReader, _AvailableNowBase):  # type:
             return _ReadMaxRows(n)
         if _ReadAllAvailable is not None:
             return _ReadAllAvailable()
-        return super().getDefaultReadLimit()  # pragma: no cover
+        # PySpark 4.0 / 4.1: no ReadLimit classes and no getDefaultReadLimit on the base class
+        # (Spark never asks a Python source for one there).
+        return None  # pragma: no cover
 
     def prepareForTriggerAvailableNow(self) -> None:
         with lease(self.config):
@@ -617,7 +619,13 @@ class JetStreamStreamReader(DataSourceStreamReader, _AvailableNowBase):  # type:
         read limit (``maxRecordsPerTrigger``, counted in sequences, so a batch never has more
         rows than that) and by the Trigger.AvailableNow target. Both signatures: PySpark >= 4.2
         passes ``(start, limit)``; 4.0 / 4.1 pass nothing (the start is then the end this reader
-        returned last, and ``maxRecordsPerTrigger`` applies from the second batch on)."""
+        returned last, and ``maxRecordsPerTrigger`` applies from the second batch on).
+
+        The first argument-less call of a run is deliberately not capped: PySpark 4.0 calls it
+        *before* ``initialOffset()`` on a new query, and runs Trigger.AvailableNow on a Python
+        source (which it wraps, calling neither ``prepareForTriggerAvailableNow`` nor
+        ``getDefaultReadLimit``) as one batch up to the offset of a single ``latestOffset()``
+        call, so a capped first call would end an AvailableNow run before the backlog is read."""
         with lease(self.config):
             _, info = self._info()
         available = info.state.last_seq + 1

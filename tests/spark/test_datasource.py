@@ -15,6 +15,8 @@ import pytest
 
 from jscore.errors import InvalidOptionError
 from jssync.spark.datasource import (
+    HAS_ADMISSION_CONTROL,
+    HAS_TRIGGER_AVAILABLE_NOW,
     SCHEMA,
     JetStreamDataSource,
     ReadOptions,
@@ -26,6 +28,10 @@ from jssync.spark.datasource import (
 
 
 _ALL = 2**63
+
+# PySpark >= 4.2: Trigger.AvailableNow on a Python source honours maxRecordsPerTrigger (several
+# micro-batches). PySpark 4.0 / 4.1 run it as one micro-batch holding the whole backlog.
+_SPLITS_AVAILABLE_NOW = HAS_ADMISSION_CONTROL and HAS_TRIGGER_AVAILABLE_NOW
 
 
 @pytest.fixture(scope="module")
@@ -126,11 +132,63 @@ def test_split_range() -> None:
     assert streaming_write_id("base", "0a1b-2c", 3) == "base-0a1b2c-b3"
 
 
-def test_stream_reader_offsets_limits_and_both_latest_offset_signatures(nats_url: str, js: Any, names: Any) -> None:
-    """The driver side of a streaming read, called as PySpark 4.2+ (start, limit) and as
-    4.0 / 4.1 (no arguments) would; no Spark needed."""
+def test_stream_reader_offsets_partitions_and_data_loss(nats_url: str, js: Any, names: Any) -> None:
+    """The driver side of a streaming read as every supported PySpark calls it (no Spark needed):
+    ``initialOffset``, ``partitions``, ``read`` and ``latestOffset()`` without arguments (what
+    PySpark 4.0 / 4.1 call; the start is then the end returned last)."""
     import inspect
 
+    from jssync.spark.datasource import DataLossError, JetStreamStreamReader
+
+    js.create_stream(name=names.stream, subjects=[f"{names.subject}.>"])
+    for i in range(10):
+        js.publish(f"{names.subject}.x", b"x")
+    source = JetStreamDataSource({"servers": nats_url, "stream": names.stream, "maxRecordsPerTrigger": "4"})
+    reader = source.streamReader(source.schema())  # type: ignore[arg-type]
+    assert isinstance(reader, JetStreamStreamReader)
+    assert len(inspect.signature(reader.latestOffset).parameters) == 2  # also callable as 4.2+ does
+    if not HAS_ADMISSION_CONTROL:
+        assert reader.getDefaultReadLimit() is None
+    assert reader.initialOffset() == {"seq": 11}  # streaming default: latest
+    # The first call of a run is not capped (PySpark 4.0 runs Trigger.AvailableNow as one batch
+    # up to a single latestOffset() call); maxRecordsPerTrigger applies from the second on.
+    assert reader.latestOffset() == {"seq": 11}
+    for i in range(10):
+        js.publish(f"{names.subject}.x", b"y")  # sequences 11..20
+    assert reader.latestOffset() == {"seq": 15}
+    assert reader.latestOffset() == {"seq": 19}
+    assert reader.latestOffset() == {"seq": 21}
+    assert reader.latestOffset() == {"seq": 21}  # nothing new
+    parts = reader.partitions({"seq": 3}, {"seq": 11})
+    assert [(p.start, p.end) for p in parts] == [(3, 10)]  # type: ignore[attr-defined]
+    assert [r[4] for r in reader.read(parts[0])] == list(range(3, 11))
+    assert reader.partitions({"seq": 11}, {"seq": 11}) == []  # (4.0 calls this on a restart)
+    js.stream(names.stream).purge(seq=6)
+    with pytest.raises(DataLossError, match="failOnDataLoss"):
+        reader.partitions({"seq": 3}, {"seq": 11})
+    # A range planned before the purge, read after it: the task fails too.
+    with pytest.raises(DataLossError, match="failOnDataLoss"):
+        list(reader.read(parts[0]))
+    lenient = JetStreamDataSource({"servers": nats_url, "stream": names.stream, "failOnDataLoss": "false"})
+    lreader = lenient.streamReader(lenient.schema())  # type: ignore[arg-type]
+    lparts = lreader.partitions({"seq": 3}, {"seq": 12})
+    assert [r[4] for p in lparts for r in lreader.read(p)] == [6, 7, 8, 9, 10, 11]
+    # latestOffset() without arguments checks for data loss from the second call on.
+    legacy = source.streamReader(source.schema())  # type: ignore[arg-type]
+    assert legacy.latestOffset() == {"seq": 21}
+    assert lreader.latestOffset() == {"seq": 21}
+    for i in range(5):
+        js.publish(f"{names.subject}.x", b"z")  # sequences 21..25
+    js.stream(names.stream).purge(seq=24)
+    with pytest.raises(DataLossError, match="failOnDataLoss"):
+        legacy.latestOffset()
+    assert lreader.latestOffset() == {"seq": 26}  # skips 21..23, reads 24..25
+    assert list(js.stream(names.stream).consumer_names()) == []
+
+
+@pytest.mark.skipif(not HAS_ADMISSION_CONTROL, reason="admission control (ReadLimit) needs PySpark >= 4.2")
+def test_stream_reader_admission_control_and_available_now(nats_url: str, js: Any, names: Any) -> None:
+    """``latestOffset(start, limit)`` and Trigger.AvailableNow as PySpark 4.2+ call them."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
     from jssync.spark.datasource import DataLossError, JetStreamStreamReader
@@ -141,40 +199,22 @@ def test_stream_reader_offsets_limits_and_both_latest_offset_signatures(nats_url
     source = JetStreamDataSource({"servers": nats_url, "stream": names.stream, "maxRecordsPerTrigger": "4"})
     reader = source.streamReader(source.schema())  # type: ignore[arg-type]
     assert isinstance(reader, JetStreamStreamReader)
-    assert len(inspect.signature(reader.latestOffset).parameters) == 2  # admission control
-    assert reader.initialOffset() == {"seq": 11}  # streaming default: latest
     assert reader.getDefaultReadLimit() == ReadMaxRows(4)
     start = {"seq": 1}
     assert reader.latestOffset(start, ReadMaxRows(4)) == {"seq": 5}
     assert reader.latestOffset(start, ReadAllAvailable()) == {"seq": 11}
     assert reader.latestOffset({"seq": 8}, ReadMinRows(5)) == {"seq": 8}  # only 3: wait
     assert reader.latestOffset({"seq": 11}, ReadMaxRows(4)) == {"seq": 11}  # nothing new
-    # PySpark 4.0 / 4.1: no arguments; the start is the end returned last.
-    legacy = source.streamReader(source.schema())  # type: ignore[arg-type]
-    assert legacy.latestOffset() == {"seq": 11}
-    assert legacy.latestOffset() == {"seq": 11}
     # Trigger.AvailableNow: never past the end seen when it was prepared.
-    assert isinstance(reader, JetStreamStreamReader)
     reader.prepareForTriggerAvailableNow()
     js.publish(f"{names.subject}.x", b"late")
     assert reader.latestOffset({"seq": 9}, ReadAllAvailable()) == {"seq": 11}
-    parts = reader.partitions({"seq": 3}, {"seq": 11})
-    assert [(p.start, p.end) for p in parts] == [(3, 10)]  # type: ignore[attr-defined]
-    assert [r[4] for r in reader.read(parts[0])] == list(range(3, 11))
-    assert reader.partitions({"seq": 11}, {"seq": 11}) == []
     js.stream(names.stream).purge(seq=6)
     with pytest.raises(DataLossError, match="failOnDataLoss"):
         reader.latestOffset({"seq": 3}, ReadAllAvailable())
-    with pytest.raises(DataLossError, match="failOnDataLoss"):
-        reader.partitions({"seq": 3}, {"seq": 11})
-    # A range planned before the purge, read after it: the task fails too.
-    with pytest.raises(DataLossError, match="failOnDataLoss"):
-        list(reader.read(parts[0]))
     lenient = JetStreamDataSource({"servers": nats_url, "stream": names.stream, "failOnDataLoss": "false"})
     lreader = lenient.streamReader(lenient.schema())  # type: ignore[arg-type]
     assert lreader.latestOffset({"seq": 3}, ReadMaxRows(2)) == {"seq": 8}  # skips to 6, then 2 rows
-    lparts = lreader.partitions({"seq": 3}, {"seq": 12})
-    assert [r[4] for p in lparts for r in lreader.read(p)] == [6, 7, 8, 9, 10, 11]
     assert list(js.stream(names.stream).consumer_names()) == []
 
 
@@ -247,7 +287,7 @@ def test_streaming_read_available_now_restart(ds_spark: Any, nats_url: str, js: 
 
     # maxRecordsPerTrigger splits the backlog into micro-batches; availableNow stops at the end.
     batches = _run_available_now(source(maxRecordsPerTrigger="10"), ckpt, out)
-    assert [n for n in batches if n] == [10, 10, 5]
+    assert [n for n in batches if n] == ([10, 10, 5] if _SPLITS_AVAILABLE_NOW else [25])
     for i in range(25, 40):
         js.publish(f"{names.subject}.x", f"a{i}".encode())
     batches = _run_available_now(source(), ckpt, out)
@@ -325,7 +365,7 @@ def test_streaming_write_replayed_batch_is_deduplicated(
         js.publish(f"{names.subject}.in.x", f"r{i}".encode())
     ckpt = tmp_path / "ckpt"
 
-    def run() -> int:
+    def run() -> list[int]:
         q = (
             _stream_reader(ds_spark, nats_url, src, startingOffsets="earliest", maxRecordsPerTrigger="200")
             .load()
@@ -340,9 +380,10 @@ def test_streaming_write_replayed_batch_is_deduplicated(
         q.awaitTermination(120)
         if q.exception() is not None:
             raise q.exception()
-        return sum(int(p["numInputRows"]) for p in q.recentProgress)
+        return [int(p["numInputRows"]) for p in q.recentProgress if int(p["numInputRows"])]
 
-    assert run() == 500
+    batches = run()
+    assert batches == ([200, 200, 100] if _SPLITS_AVAILABLE_NOW else [500])
     assert js.stream(dst).info().state.messages == 500
     # A crash after the sink wrote the last micro-batch but before Spark committed it: on
     # restart Spark runs that batch again with the same batch id; the msg ids dedupe it.
@@ -351,7 +392,8 @@ def test_streaming_write_replayed_batch_is_deduplicated(
     for p in (ckpt / "commits").iterdir():
         if p.name in (str(last), f".{last}.crc"):
             p.unlink()
-    assert run() == 100  # the last micro-batch (rows 400..499) ran again
+    # The last micro-batch (rows 400..499; with PySpark 4.0 / 4.1 the only one) ran again.
+    assert sum(run()) == batches[-1]
     assert js.stream(dst).info().state.messages == 500
     got = sorted(d for _, _, d in _stored(js, dst))
     assert got == sorted(f"r{i}".encode() for i in range(500))
