@@ -15,8 +15,8 @@ materialized before anything is timed. Every write goes into a fresh file stream
 driver around ``df.foreachPartition(...)``, and is checked afterwards: the stream must hold exactly
 the rows written. Writers:
 
-* ``jssync``   ``jssync.spark.publish_partition`` (async-publish window of a connection cached per
-               Python worker, a msg id per row, every ack checked, retries with the same id).
+* ``jssync``   ``jssync.spark.publish_partition`` (the bulk publisher on a connection cached per
+               Python worker, a msg id per row, every ack checked, re-sends of the same frame).
 * ``naive``    a new jssync connection per partition and ``js.publish`` per row, waiting for each ack
                (no msg id): the Scala nats-spark-connector's approach. Measured on ``--naive-rows``
                rows (100k by default: at its rate 1M rows take minutes); rows/s is comparable.
