@@ -32,7 +32,9 @@ import msgspec
 from .errors import (
     DuplicateMsgIdInProcessError,
     InvalidOptionError,
+    JetStreamAPIError,
     JetStreamError,
+    JetStreamUnavailableError,
     MaxMsgsPerSubjectError,
     NoStreamResponseError,
     PubAckTimeoutError,
@@ -702,12 +704,15 @@ class FrameWindow:
         else:
             try:
                 ack = decode_pub_ack(data)
-            except DuplicateMsgIdInProcessError as exc:
-                error = exc
-            except MaxMsgsPerSubjectError as exc:
-                if not self.per_subject_dedup:
+            except (DuplicateMsgIdInProcessError, JetStreamUnavailableError) as exc:
+                error = exc  # "in process", "temporarily unavailable": transient, re-send
+            except JetStreamAPIError as exc:
+                if exc.code == 503:  # any other 503 body: no leader, no quorum (transient too)
+                    error = exc
+                elif isinstance(exc, MaxMsgsPerSubjectError) and self.per_subject_dedup:
+                    return self._stored(token, True)
+                else:
                     return self._fail(token, exc)
-                return self._stored(token, True)
             except JetStreamError as exc:
                 return self._fail(token, exc)
             else:

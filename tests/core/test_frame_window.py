@@ -89,6 +89,15 @@ def test_no_responders_and_in_process_are_resent_with_backoff() -> None:
     assert "(after 3 re-sends of the same frame)" in "".join(getattr(w.failure, "__notes__", [""]))
 
 
+def test_temporarily_unavailable_is_resent() -> None:
+    """10008 and any other API error with code 503 (no leader, no quorum) are transient."""
+    w = FrameWindow(retries=2)
+    w.sent(range(2), frames(0, 2), 0.0)
+    assert w.receive_ack(0, err(503, 10008, "JetStream system temporarily unavailable"), None, 0.0) is True
+    assert w.receive_ack(1, err(503, 10999, "stream has no quorum"), None, 0.0) is True
+    assert w.failure is None and sorted(w.due(1.0)) == [b"F0", b"F1"]
+
+
 def test_success_for_a_scheduled_token_settles_it() -> None:
     w = FrameWindow(retries=3)
     w.sent([7], [b"F7"], 0.0)
@@ -111,7 +120,7 @@ def test_a_reply_with_an_error_is_never_counted_as_stored() -> None:
     """Replies can carry the stream (and even a sequence) next to the error: still a failure."""
     for body in (
         b'{"error":{"code":400,"err_code":10077,"description":"maximum messages exceeded"},"stream":"S","seq":0}',
-        b'{"stream":"S","seq":9,"error":{"code":503,"err_code":10039,"description":"jetstream not enabled"}}',
+        b'{"stream":"S","seq":9,"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 8"}}',
     ):
         w = FrameWindow()
         w.sent([0], [b"F0"], 0.0)

@@ -152,3 +152,35 @@ def test_bulk_publisher_drops_its_inbox_and_ignores_late_acks(nats_server: NatsS
         assert js.stream_info("BRAW").state.messages == 6
     finally:
         c.close()
+
+
+def test_cluster_stream_leader_stepdowns_mid_partition(nats_cluster: Any) -> None:
+    """An R3 stream on a 3-node cluster, its leader stepped down 4 times while a partition is
+    written: 503s, timeouts and "in process" answers are re-sent as the same frames; every row is
+    stored exactly once."""
+    from tests.integration._jspub import api, create_stream, unique
+
+    admin = jssync.connect(nats_cluster.urls, name="bulk-admin", reconnect_wait=0.1, max_reconnect_attempts=-1)
+    name = unique("BR3")
+    subject = f"{name.lower()}.x"
+    create_stream(admin, name, subjects=[subject], num_replicas=3, duplicate_window=120 * 1_000_000_000)
+    stepdowns: list[bool] = []
+
+    def stepdown() -> None:
+        reply = api(admin, f"$JS.API.STREAM.LEADER.STEPDOWN.{name}", timeout=5)
+        stepdowns.append(bool(reply.get("success")))
+
+    def rows() -> Iterator[bytes]:
+        for i in range(N):
+            if i and i % (N // 5) == 0:
+                threading.Thread(target=stepdown, daemon=True).start()
+            yield b"%d" % i
+
+    cfg = NatsConfig(servers=tuple(nats_cluster.urls))
+    try:
+        r = write_partition(rows(), cfg, WriteOptions(subject=subject, ack_timeout=2.0, retries=10), write_id="r3", partition_id=0)
+        assert r.written == N
+        assert sum(stepdowns) >= 3, stepdowns
+        _check_exactly_once(admin.jetstream(timeout=10), name, N, "r3-0-")
+    finally:
+        admin.close()
