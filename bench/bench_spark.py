@@ -20,6 +20,8 @@ the rows written. Writers:
 * ``naive``    a new jssync connection per partition and ``js.publish`` per row, waiting for each ack
                (no msg id): the Scala nats-spark-connector's approach. Measured on ``--naive-rows``
                rows (100k by default: at its rate 1M rows take minutes); rows/s is comparable.
+* ``jssync-ds`` the data source sink, ``df.write.format("jetstream")``: the same writer fed Arrow
+               record batches instead of Rows (not in the ratios; the issue names publish_partition).
 * ``nats-py``  nats-py (asyncio) inside foreachPartition: ``asyncio.run`` per partition, a new
                connection, ``await js.publish_async(...)`` per row (nats-py's window,
                ``publish_async_max_pending`` = ``--window``), a done-callback checking every ack,
@@ -60,7 +62,7 @@ import jssync  # noqa: E402
 pc = time.perf_counter
 
 TARGETS = {"naive": 5.0, "nats-py": 2.0}  # jssync rows/s >= this x the writer's (issue 5)
-WRITERS = ("jssync", "naive", "nats-py", "nats-py-bare")
+WRITERS = ("jssync", "naive", "nats-py", "nats-py-bare", "jssync-ds")
 FLOOR = "floor"  # Spark alone: foreachPartition iterating the rows, no publish (not in the ratios)
 
 
@@ -216,6 +218,10 @@ class Bench:
             df.foreachPartition(
                 lambda rows: publish_partition(rows, servers=url, subject=subject, run_id=run, stream=stream, max_pending=window)
             )
+        elif writer == "jssync-ds":
+            df.write.format("jetstream").option("servers", url).option("subject", subject).option("stream", stream).option(
+                "maxPending", str(window)
+            ).mode("append").save()
         elif writer == "naive":
             df.foreachPartition(lambda rows: naive_partition(rows, url, subject))
         elif writer == "nats-py":
@@ -326,7 +332,7 @@ def render(facts: dict[str, Any], args: argparse.Namespace, summary: dict[str, A
         "",
         f"  {'what':<10} {'rows':>10} {'rows/s':>34} {'s (median)':>11}",
     ]
-    labels = {FLOOR: "Spark alone: iterate the rows, no publish", "jssync": "jssync publish_partition", "naive": "naive sync js.publish per row", "nats-py": "nats-py publish_async, same msg ids as ours", "nats-py-bare": "nats-py publish_async, no msg ids (at least once)", "read": "read.format('jetstream').count()"}
+    labels = {FLOOR: "Spark alone: iterate the rows, no publish", "jssync": "jssync publish_partition", "naive": "naive sync js.publish per row", "nats-py": "nats-py publish_async, same msg ids as ours", "nats-py-bare": "nats-py publish_async, no msg ids (at least once)", "jssync-ds": "df.write.format('jetstream') (Arrow batches)", "read": "read.format('jetstream').count()"}
     for what in (FLOOR, *WRITERS, "read"):
         s = summary.get(what)
         if s is None:

@@ -33,6 +33,7 @@ Options are strings (Kafka connector style), validated on the driver; every erro
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Final
 try:
     from pyspark.sql.datasource import (
         DataSource,
+        DataSourceArrowWriter,
         DataSourceReader,
         DataSourceStreamReader,
         DataSourceStreamWriter,
@@ -69,6 +71,14 @@ if TYPE_CHECKING:
     from jssync.msg import JsMsg
     from jssync.ordered import OrderedConsumer
     from jscore.models import StreamInfo
+
+# The streaming sink gets Arrow batches where PySpark has DataSourceStreamArrowWriter (4.1+);
+# PySpark 4.0 hands it Rows.
+_StreamWriterBase: Any
+try:
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+except ImportError:  # pragma: no cover - PySpark 4.0
+    _StreamWriterBase = DataSourceStreamWriter
 
 # Admission control (ReadLimit, PySpark >= 4.2) and Trigger.AvailableNow for Python sources
 # (PySpark >= 4.2): optional; PySpark 4.0 / 4.1 call latestOffset() without arguments.
@@ -738,7 +748,37 @@ def _sum_counts(messages: Sequence[WriterCommitMessage | None]) -> tuple[int, in
     return rows, tasks
 
 
-class JetStreamBatchWriter(DataSourceWriter):
+def arrow_rows(batches: Iterator[Any], wopts: WriteOptions) -> Iterator[Any]:
+    """The rows of Arrow record batches (a partition, in order) in shapes the partition writer
+    takes: the data column's values alone (bytes or str) when the writer reads no other column,
+    else ``(data, subject, headers, msg_id)`` tuples. Columns are converted a batch at a time,
+    which costs far less than Spark building a ``Row`` per row."""
+    d, s, h, m = wopts.data_column, wopts.subject_column, wopts.headers_column, wopts.msg_id_column
+    for batch in batches:
+        names = batch.schema.names
+        if d not in names:
+            raise InvalidOptionError(f"dataColumn: the DataFrame has no column {d!r} (columns: {names})")
+        if m is not None and m not in names:
+            raise InvalidOptionError(f"msgIdColumn: the DataFrame has no column {m!r} (columns: {names})")
+        data = batch.column(names.index(d)).to_pylist()
+        subjects = batch.column(names.index(s)).to_pylist() if s in names and wopts.subject is None else None
+        headers = batch.column(names.index(h)).to_pylist() if h in names else None
+        ids = batch.column(names.index(m)).to_pylist() if m is not None else None
+        if subjects is None and headers is None and ids is None:
+            if None in data:
+                data = [b"" if v is None else v for v in data]
+            yield from data
+        else:
+            n = len(data)
+            yield from zip(
+                data,
+                subjects if subjects is not None else itertools.repeat(None, n),
+                headers if headers is not None else itertools.repeat(None, n),
+                ids if ids is not None else itertools.repeat(None, n),
+            )
+
+
+class JetStreamBatchWriter(DataSourceArrowWriter):
     """``df.write.format("jetstream")``: every task publishes its rows with msg ids
     ``<write id>/<partition>/<row index>`` (or ``msgIdColumn``); the write id is fixed here, on
     the driver, so retried and speculative task attempts publish the same ids."""
@@ -749,11 +789,13 @@ class JetStreamBatchWriter(DataSourceWriter):
         self.write_id = write_id
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        """One task: its partition's Arrow record batches, published in order."""
         from ._writer import write_rows
 
         ctx = _task_context()
         pid = ctx.partitionId() if ctx is not None else 0
-        n = write_rows(iterator, self.config, self.wopts, write_id=self.write_id, partition_id=pid)
+        rows = arrow_rows(iterator, self.wopts)
+        n = write_rows(rows, self.config, self.wopts, write_id=self.write_id, partition_id=pid)
         return JetStreamCommitMessage(partition_id=pid, count=n, write_id=self.write_id)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -782,7 +824,7 @@ def streaming_write_id(base: str, query_id: str | None, batch_id: int | str | No
     return "-".join(parts)
 
 
-class JetStreamStreamWriter(DataSourceStreamWriter):
+class JetStreamStreamWriter(_StreamWriterBase):  # type: ignore[misc]
     """``df.writeStream.format("jetstream")``: like the batch writer, with a write id per
     micro-batch derived from a checkpoint-stable base, the streaming query id and the batch id."""
 
@@ -809,7 +851,8 @@ class JetStreamStreamWriter(DataSourceStreamWriter):
         ctx = _task_context()
         pid = ctx.partitionId() if ctx is not None else 0
         write_id = self._write_id(ctx)
-        n = write_rows(iterator, self.config, self.wopts, write_id=write_id, partition_id=pid)
+        rows = arrow_rows(iterator, self.wopts) if _StreamWriterBase is not DataSourceStreamWriter else iterator
+        n = write_rows(rows, self.config, self.wopts, write_id=write_id, partition_id=pid)
         return JetStreamCommitMessage(partition_id=pid, count=n, write_id=write_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -6,6 +6,7 @@ name the option.
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -353,6 +354,30 @@ def test_batch_write_exactly_once_and_rerun_with_msg_id_column(
 
     with pytest.raises(Exception, match="append"):
         df.write.format("jetstream").option("servers", nats_url).option("subject", "x.y").mode("overwrite").save()
+
+
+def test_batch_write_arrow_columns_subject_headers_and_nulls(ds_spark: Any, nats_url: str, js: Any, names: Any) -> None:
+    """The batch sink reads Arrow batches: a subject column, a map<string,array<string>> headers
+    column, a null data value (an empty message) and a string data column all arrive as rows
+    would; the msg ids are <write id>-<partition>-<row index>, the same as the Row path."""
+    js.create_stream(name=names.stream, subjects=[f"{names.subject}.>"])
+    n = 600
+    df = ds_spark.range(0, n, numPartitions=2).selectExpr(
+        f"concat('{names.subject}.s', cast(id % 3 as string)) as subject",
+        "case when id = 7 then null else cast(id as string) end as data",
+        "map('row', array(cast(id as string)), 'tag', array('a', 'b')) as headers",
+    )
+    df.write.format("jetstream").option("servers", nats_url).option("stream", names.stream).mode("append").save()
+    msgs = list(iter_range(js, names.stream, (), 1, _ALL))
+    assert len(msgs) == n
+    by_row = {int(m.headers["row"]): m for m in msgs}
+    assert sorted(by_row) == list(range(n))
+    for i, m in by_row.items():
+        assert m.subject == f"{names.subject}.s{i % 3}"
+        assert m.data == (b"" if i == 7 else str(i).encode())
+        assert m.headers.get_all("tag") == ["a", "b"]
+    ids = {m.headers["Nats-Msg-Id"] for m in msgs}
+    assert len(ids) == n and all(re.fullmatch(r"[0-9a-f]+-[01]-\d+", i) for i in ids), sorted(ids)[:3]
 
 
 def test_streaming_write_replayed_batch_is_deduplicated(
