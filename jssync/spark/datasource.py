@@ -505,6 +505,92 @@ def read_range(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterat
     """The rows of one partition: every stored message of the filter with a sequence in
     ``[part.start, part.end]``, as tuples of :data:`SCHEMA` (see :func:`iter_range`)."""
     stream = ropts.stream
+    for msg in _range_msgs(config, ropts, part):
+        meta = msg.metadata
+        yield (msg.subject, msg.data, _headers_dict(msg), stream, meta.sequence.stream, meta.timestamp)
+
+
+ARROW_BATCH_ROWS: Final = 4096
+"""Rows per Arrow record batch handed to Spark by the readers."""
+
+
+def _arrow_schema() -> Any:
+    """:data:`SCHEMA` as the Arrow schema Spark expects from a Python source (built by PySpark's
+    own converter, whose signature differs between 4.0 and 4.2+)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    struct = StructType(
+        [
+            StructField("subject", StringType()),
+            StructField("data", BinaryType()),
+            StructField("headers", MapType(StringType(), ArrayType(StringType()))),
+            StructField("stream", StringType()),
+            StructField("seq", LongType()),
+            StructField("timestamp", TimestampType()),
+        ]
+    )
+    try:
+        return to_arrow_schema(struct, timezone="UTC")
+    except TypeError:  # PySpark 4.0 / 4.1: timestamp_utc=True is the default
+        return to_arrow_schema(struct)
+
+
+def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, rows: int | None = None) -> Iterator[Any]:
+    """:func:`read_range` as Arrow record batches of at most ``rows`` rows: Spark takes them as
+    they are, instead of converting a Python tuple per row (what the readers return)."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    rows = ARROW_BATCH_ROWS if rows is None else rows
+    schema = _arrow_schema()
+    types = [f.type for f in schema]
+    stream = ropts.stream
+    subjects: list[str] = []
+    datas: list[bytes] = []
+    headers: list[dict[str, list[str]] | None] = []
+    seqs: list[int] = []
+    stamps: list[int] = []
+
+    def batch() -> Any:
+        n = len(seqs)
+        arrays = [
+            pa.array(subjects, type=types[0]),
+            pa.array(datas, type=types[1]),
+            pa.array(headers, type=types[2]),
+            pa.array([stream] * n, type=types[3]),
+            pa.array(seqs, type=types[4]),
+            pa.array(stamps, type=types[5]),
+        ]
+        for col in (subjects, datas, headers, seqs, stamps):
+            col.clear()
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    for msg in _range_msgs(config, ropts, part):
+        meta = msg.metadata
+        subjects.append(msg.subject)
+        datas.append(msg.data)
+        headers.append(_headers_dict(msg))
+        seqs.append(meta.sequence.stream)
+        stamps.append((meta.timestamp_ns + 500) // 1000)  # microseconds, rounded like meta.timestamp
+        if len(seqs) >= rows:
+            yield batch()
+    if seqs:
+        yield batch()
+
+
+def _range_msgs(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterator[JsMsg]:
+    """The messages of one partition (see :func:`iter_range`), with the data-loss checks and the
+    cached client dropped when the connection broke."""
+    stream = ropts.stream
     check = part.check_loss and ropts.fail_on_data_loss
     with lease(config) as client:
         js = get_jetstream(config)
@@ -518,7 +604,7 @@ def read_range(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterat
                     first_seen = seq
                     if check and seq > part.start:
                         _check_loss(js, stream, part.start)
-                yield (msg.subject, msg.data, _headers_dict(msg), stream, seq, meta.timestamp)
+                yield msg
             if first_seen is None and check:
                 _check_loss(js, stream, part.start)
             failed = False
@@ -568,9 +654,9 @@ class JetStreamBatchReader(DataSourceReader):
             return [SeqRange(0, start, start - 1)]  # (one empty task: Spark wants a partition)
         return parts
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SeqRange)
-        return read_range(self.config, self.ropts, partition)
+        return read_range_arrow(self.config, self.ropts, partition)
 
 
 # ====================================================================== streaming read
@@ -703,9 +789,9 @@ class JetStreamStreamReader(DataSourceStreamReader, _AvailableNowBase):  # type:
             check_loss=True,
         )
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SeqRange)
-        return read_range(self.config, self.ropts, partition)
+        return read_range_arrow(self.config, self.ropts, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # the offsets live in Spark's checkpoint; nothing is kept on the server

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from jscore.errors import InvalidOptionError
+from jssync.spark import datasource as dsmod
 from jssync.spark.datasource import (
     HAS_ADMISSION_CONTROL,
     HAS_TRIGGER_AVAILABLE_NOW,
@@ -23,6 +24,7 @@ from jssync.spark.datasource import (
     ReadOptions,
     SeqRange,
     iter_range,
+    read_range,
     split_range,
     streaming_write_id,
 )
@@ -58,6 +60,11 @@ def _stream_reader(spark: Any, url: str, stream: str, **options: str) -> Any:
 def _stored(js: Any, stream: str) -> list[tuple[int, str, bytes]]:
     """(seq, subject, data) of every message in the stream, read independently."""
     return [(m.metadata.sequence.stream, m.subject, m.data) for m in iter_range(js, stream, (), 1, _ALL)]
+
+
+def _seqs(batches: Any) -> list[int]:
+    """The ``seq`` column of the Arrow record batches a reader returns."""
+    return [q for b in batches for q in b.column("seq").to_pylist()]
 
 
 def _stamps(js: Any, stream: str) -> dict[int, int]:
@@ -133,7 +140,7 @@ def test_split_range() -> None:
     assert streaming_write_id("base", "0a1b-2c", 3) == "base-0a1b2c-b3"
 
 
-def test_stream_reader_offsets_partitions_and_data_loss(nats_url: str, js: Any, names: Any) -> None:
+def test_stream_reader_offsets_partitions_and_data_loss(nats_url: str, js: Any, names: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The driver side of a streaming read as every supported PySpark calls it (no Spark needed):
     ``initialOffset``, ``partitions``, ``read`` and ``latestOffset()`` without arguments (what
     PySpark 4.0 / 4.1 call; the start is then the end returned last)."""
@@ -162,7 +169,13 @@ def test_stream_reader_offsets_partitions_and_data_loss(nats_url: str, js: Any, 
     assert reader.latestOffset() == {"seq": 21}  # nothing new
     parts = reader.partitions({"seq": 3}, {"seq": 11})
     assert [(p.start, p.end) for p in parts] == [(3, 10)]  # type: ignore[attr-defined]
-    assert [r[4] for r in reader.read(parts[0])] == list(range(3, 11))
+    assert _seqs(reader.read(parts[0])) == list(range(3, 11))  # Arrow batches
+    monkeypatch.setattr(dsmod, "ARROW_BATCH_ROWS", 3)
+    batches = list(reader.read(parts[0]))
+    assert [b.num_rows for b in batches] == [3, 3, 2] and _seqs(batches) == list(range(3, 11))
+    tuples = list(read_range(reader.config, reader.ropts, parts[0]))
+    assert [row[5] for row in tuples] == [t for b in batches for t in b.column("timestamp").to_pylist()]
+    assert [row[2] for row in tuples] == [dict(h) if h is not None else None for b in batches for h in b.column("headers").to_pylist()]
     assert reader.partitions({"seq": 11}, {"seq": 11}) == []  # (4.0 calls this on a restart)
     js.stream(names.stream).purge(seq=6)
     with pytest.raises(DataLossError, match="failOnDataLoss"):
@@ -173,7 +186,7 @@ def test_stream_reader_offsets_partitions_and_data_loss(nats_url: str, js: Any, 
     lenient = JetStreamDataSource({"servers": nats_url, "stream": names.stream, "failOnDataLoss": "false"})
     lreader = lenient.streamReader(lenient.schema())  # type: ignore[arg-type]
     lparts = lreader.partitions({"seq": 3}, {"seq": 12})
-    assert [r[4] for p in lparts for r in lreader.read(p)] == [6, 7, 8, 9, 10, 11]
+    assert [q for p in lparts for q in _seqs(lreader.read(p))] == [6, 7, 8, 9, 10, 11]
     # latestOffset() without arguments checks for data loss from the second call on.
     legacy = source.streamReader(source.schema())  # type: ignore[arg-type]
     assert legacy.latestOffset() == {"seq": 21}
