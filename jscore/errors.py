@@ -533,3 +533,32 @@ class NoMessagesError(TimeoutError):
     no_wait pull). Also a builtin :class:`TimeoutError`."""
 
 __all__ += ["NoMessagesError"]
+
+
+# --- batched direct get (ADR-31; jscore.directget) ------------------------------------------
+
+
+class TooManySubjectsError(JetStreamAPIError):
+    """'413 Too Many Results': a multi_last direct get matched more than 1024 subjects (the
+    server's limit, counted over the subjects that MATCH, not the filters sent). Narrow the
+    filters or read with a consumer. ``code`` 413, ``err_code`` 0 (a status carries none)."""
+
+
+class DirectGetNoRespondersError(JetStreamError, NoRespondersError):
+    """A direct get found no responder on ``$JS.API.DIRECT.GET.<stream>``: the stream does not
+    exist or does not allow direct get (``allow_direct`` is false). Also a
+    :class:`NoRespondersError`."""
+
+
+class BatchGetUnsupportedError(JetStreamError):
+    """The server answered a batched direct get without ``Nats-Num-Pending`` in its first reply:
+    it predates batch support (ADR-31; nats-server < 2.11) and sends one message only."""
+
+
+class BatchGapError(JetStreamError):
+    """A reply of a batched direct get was lost: a message's (or the end-of-batch marker's)
+    ``Nats-Last-Sequence`` is not the sequence of the message received before it. The messages
+    received before the gap were delivered; resume from the last one."""
+
+
+__all__ += ["TooManySubjectsError", "DirectGetNoRespondersError", "BatchGetUnsupportedError", "BatchGapError"]

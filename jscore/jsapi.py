@@ -24,12 +24,9 @@ from typing import Final, TypeVar
 import msgspec
 
 from .errors import (
-    BadRequestError,
     BadSubjectError,
     InvalidOptionError,
-    JetStreamAPIError,
     JetStreamError,
-    MsgNotFoundError,
     RemoteProtocolError,
 )
 from .headers import Headers, parse_header_block
@@ -263,10 +260,18 @@ class _MsgGetRequest(_Model, kw_only=True):
 
 
 class _DirectGetRequest(_Model, kw_only=True):
+    """The body of every direct get (ADR-31): single, batch (``batch``, ``max_bytes``) and
+    multi_last (``multi_last``, ``up_to_seq``, ``up_to_time``); see :mod:`jscore.directget`."""
+
     seq: int | None = None
     last_by_subj: str | None = None
     next_by_subj: str | None = None
     start_time: datetime | None = None
+    batch: int | None = None
+    max_bytes: int | None = None
+    multi_last: list[str] | None = None
+    up_to_seq: int | None = None
+    up_to_time: datetime | None = None
 
 
 class _MsgDeleteRequest(_Model, kw_only=True):
@@ -543,16 +548,15 @@ def stored_msg_from_get(raw: RawStoredMsg, stream: str) -> StoredMsg:
 def stored_msg_from_direct(
     headers: Headers | None, data: bytes, status: int | None, description: str | None
 ) -> StoredMsg:
-    """A :class:`StoredMsg` from a direct get reply, or the typed error of a status reply:
+    """A :class:`StoredMsg` from a direct get reply, or the typed error of a status reply, as
+    the single-get column of :data:`jscore.directget.DIRECT_GET_STATUS_TABLE` says:
     404 -> :class:`MsgNotFoundError` (err_code 10037, as ``STREAM.MSG.GET`` answers),
-    408 -> :class:`BadRequestError`, others -> :class:`JetStreamAPIError`."""
+    408 -> :class:`BadRequestError`, 413 -> :class:`TooManySubjectsError`, others ->
+    :class:`JetStreamAPIError`."""
     if status is not None:
-        desc = description or ""
-        if status == 404:
-            raise MsgNotFoundError(404, 10037, desc or "no message found")
-        if status == 408:
-            raise BadRequestError(408, 10003, desc or "bad request")
-        raise JetStreamAPIError(status, 0, desc or f"direct get failed with status {status}")
+        from .directget import classify_direct_status, direct_status_error  # (directget imports this module)
+
+        raise direct_status_error(classify_direct_status(status, description), status, description)
     if headers is None:
         raise JetStreamError("invalid direct get reply: no headers")
     stream = headers.get("Nats-Stream")

@@ -1,21 +1,30 @@
-"""The Stream handle (ADR-37): stream info, purge, single-message get / delete, direct get, and
-the stream's consumers.
+"""The Stream handle (ADR-37): stream info, purge, single-message get / delete, direct get
+(single and batched), and the stream's consumers.
 
 A :class:`Stream` is what ``js.create_stream(...)`` and ``js.stream(name)`` return. It keeps the
 info it was made with (``cached_info``); :meth:`Stream.info` fetches a fresh one. Messages are
 read with ``STREAM.MSG.GET`` (through the stream leader: read-after-write consistent) or, when
 the stream allows it, with direct get (ADR-31: any replica or mirror may answer, so a message
 just written may not be visible yet).
+
+Batched direct gets (:meth:`Stream.direct_get_batch`, :meth:`Stream.direct_get_last_for`) return
+a :class:`DirectGetIterator`: one inbox subscription per call, the replies read on the caller's
+thread and fed to the sans-IO machine :class:`jscore.directget.DirectGetBatch`, which decides
+what is delivered, when the call ends and when it times out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
+from jscore import directget as DG
 from jscore import jsapi
-from jscore.errors import JetStreamError, NoRespondersError
+from jscore.errors import JetStreamError, MaxPayloadError, NatsError, NoRespondersError, TimeoutError
 from jscore.models import (
     ConsumerConfig,
     ConsumerInfo,
@@ -27,11 +36,14 @@ from jscore.models import (
 )
 
 if TYPE_CHECKING:
+    from .client import Client, Subscription
     from .ordered import OrderedConsumer
     from .consumer import Consumer
     from .jetstream import JetStream
 
-__all__ = ["Stream"]
+__all__ = ["Stream", "DirectGetIterator"]
+
+_monotonic: Final = time.monotonic
 
 
 class Stream:
@@ -142,11 +154,63 @@ class Stream:
         try:
             reply = self._js.client.request(subject, body, timeout=t)
         except NoRespondersError as exc:
-            raise JetStreamError(
-                f"direct get on stream {self._name!r} has no responders: the stream does not exist or "
-                "does not allow direct get (allow_direct)"
-            ) from exc
+            raise DG.direct_status_error(DG.classify_direct_status(503, None), 503, None) from exc
         return jsapi.stored_msg_from_direct(reply.headers, reply.data, reply.status, reply.description)
+
+    def direct_get_batch(
+        self,
+        *,
+        seq: int | None = None,
+        next_by_subject: str | None = None,
+        start_time: datetime | None = None,
+        batch: int,
+        max_bytes: int | None = None,
+        timeout: float | None = None,
+    ) -> DirectGetIterator:
+        """Up to ``batch`` stored messages in one direct get request (ADR-31 batch), yielded as
+        they arrive: from ``seq`` (default 1) or from ``start_time``, only those on
+        ``next_by_subject`` (wildcards allowed) if given, at most about ``max_bytes`` bytes.
+
+        The iteration ends at the server's ``204 EOB``; then the iterator's ``num_pending`` says
+        how many matching messages are left and ``next_seq`` where the next batch starts (the
+        EOB's Nats-Last-Sequence + 1). No messages at all is an empty iteration (not
+        :class:`MsgNotFoundError`). The request must end within ``timeout`` seconds (default:
+        the context's) or the iterator raises :class:`~jssync.errors.TimeoutError` after the
+        messages that came. Options are validated before anything is sent
+        (:class:`InvalidOptionError`, :class:`BadSubjectError`). Leaving the loop early (or
+        ``close()``) unsubscribes. No read-after-write guarantee."""
+        options = DG.resolve_batch(
+            seq, next_by_subject=next_by_subject, start_time=start_time, batch=batch, max_bytes=max_bytes
+        )
+        return self._direct_batch(options, timeout)
+
+    def direct_get_last_for(
+        self,
+        subjects: str | Sequence[str],
+        *,
+        up_to_seq: int | None = None,
+        up_to_time: datetime | None = None,
+        batch: int | None = None,
+        timeout: float | None = None,
+    ) -> DirectGetIterator:
+        """The last message of every subject matching ``subjects`` (ADR-31 multi_last; wildcards
+        allowed), in stream order, as of ``up_to_seq`` / ``up_to_time`` if given.
+
+        ``batch`` limits the messages per request; the iterator pages on by itself, each later
+        page asking from the last sequence + 1 with ``up_to_seq`` set to the first page's
+        Nats-UpTo-Sequence, so all pages together are ONE snapshot (``up_to_seq`` of the iterator)
+        whatever is written meanwhile. More than 1024 matching subjects raise
+        :class:`TooManySubjectsError` (the server's 413); none is an empty iteration. Each page
+        must end within ``timeout`` seconds (default: the context's). No read-after-write
+        guarantee."""
+        options = DG.resolve_last_for(subjects, up_to_seq=up_to_seq, up_to_time=up_to_time, batch=batch)
+        return self._direct_batch(options, timeout)
+
+    def _direct_batch(self, options: DG.BatchOptions | DG.LastForOptions, timeout: float | None) -> DirectGetIterator:
+        subject = self._js._subjects.direct_get(self._name)
+        t = timeout if timeout is not None else self._js.timeout
+        machine = DG.DirectGetBatch(subject, options, timeout=t, now=_monotonic())
+        return DirectGetIterator(self._js.client, machine)
 
     def delete_msg(self, seq: int, *, erase: bool = False, timeout: float | None = None) -> None:
         """Delete the message at ``seq`` (:class:`MsgNotFoundError` if there is none). With
@@ -188,3 +252,178 @@ class Stream:
     def ordered_consumer(self, **options: Any) -> OrderedConsumer:
         """An ordered consumer of this stream (see :meth:`JetStream.ordered_consumer`)."""
         return self._js.ordered_consumer(self._name, **options)
+
+
+class DirectGetIterator(Iterator[StoredMsg]):
+    """The messages of one batched direct get call, yielded as they arrive (see
+    :meth:`Stream.direct_get_batch` and :meth:`Stream.direct_get_last_for`).
+
+    The request is sent when the iterator is created; each ``next()`` waits at most until the
+    current request's deadline. Once the iteration is over:
+
+    * ``num_pending``: matching messages left after this batch (0: nothing left);
+    * ``next_seq``: where a following :meth:`Stream.direct_get_batch` should start;
+    * ``last_seq``: the sequence of the last message received (None: none);
+    * ``up_to_seq``: the snapshot a multi_last was read at (its first Nats-UpTo-Sequence);
+    * ``error`` / ``reason``: why it ended (``error`` None for a normal end).
+
+    ``close()`` (or leaving a ``with`` block, or dropping the iterator) ends the call early and
+    unsubscribes its inbox; replies still in flight are discarded.
+    """
+
+    def __init__(self, client: Client, machine: DG.DirectGetBatch) -> None:
+        self._client = client
+        self._machine = machine
+        self._buffer: deque[StoredMsg] = deque()
+        self._sub: Subscription | None = None
+        self._raised = False
+        client._check_fork()
+        first = machine.drain_events()  # the first request, queued by the machine
+        for e in first:
+            if isinstance(e, DG.DirectGetRequested) and len(e.body) > client.max_payload:
+                # (a long multi_last list): refuse before anything, even the SUB, is sent
+                raise MaxPayloadError(f"direct get request of {len(e.body)} bytes > max_payload {client.max_payload}")
+        self._inbox = client.new_inbox()
+        self._sub = client.subscribe(self._inbox)
+        try:
+            self._pump(first)
+        except BaseException:
+            self._machine.stop(_monotonic())
+            self._release()
+            raise
+
+    # -- results --------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        """True once the call is over (every message may not have been read yet)."""
+        return self._machine.done
+
+    @property
+    def error(self) -> NatsError | None:
+        return self._machine.error
+
+    @property
+    def reason(self) -> str | None:
+        """``"eob"``, ``"empty"``, ``"stopped"``, ``"status"``, ``"timeout"``, ``"gap"``,
+        ``"unsupported"``, ``"malformed"``; None while in progress."""
+        return self._machine.reason
+
+    @property
+    def num_pending(self) -> int | None:
+        return self._machine.num_pending
+
+    @property
+    def last_seq(self) -> int | None:
+        return self._machine.last_seq
+
+    @property
+    def next_seq(self) -> int | None:
+        return self._machine.next_seq
+
+    @property
+    def up_to_seq(self) -> int | None:
+        return self._machine.up_to_seq
+
+    @property
+    def pages(self) -> int:
+        """Requests sent so far (multi_last pages)."""
+        return self._machine.pages
+
+    # -- iteration ------------------------------------------------------------------------------
+
+    def __iter__(self) -> DirectGetIterator:
+        return self
+
+    def __next__(self) -> StoredMsg:
+        machine = self._machine
+        while True:
+            if self._buffer:
+                return self._buffer.popleft()
+            if machine.done:
+                self._release()
+                if machine.error is not None and not self._raised:
+                    self._raised = True
+                    raise machine.error
+                raise StopIteration
+            sub = self._sub
+            assert sub is not None
+            deadline = machine.next_deadline()
+            assert deadline is not None
+            try:
+                m = sub.next_msg(timeout=max(0.0, deadline - _monotonic()))
+            except TimeoutError:
+                machine.handle_timeout(_monotonic())
+            except BaseException:  # the connection closed, the client forked ...: end the call
+                machine.stop(_monotonic())
+                self._release()
+                raise
+            else:
+                machine.receive_msg(m.headers, m.data, m.status, m.description, _monotonic())
+            self._pump()
+
+    def _pump(self, events: list[DG.DirectGetEvent] | None = None) -> None:
+        for e in self._machine.drain_events() if events is None else events:
+            if isinstance(e, DG.StoredMsgDelivered):
+                self._buffer.append(e.msg)
+            elif isinstance(e, DG.DirectGetRequested):
+                self._client.publish(e.subject, e.body, reply=self._inbox)
+            else:
+                self._release()
+
+    # -- ending early ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """End the call now (if it is still going) and unsubscribe; later ``next()`` stops."""
+        self._machine.stop(_monotonic())
+        self._machine.drain_events()
+        self._buffer.clear()
+        self._release()
+
+    def __enter__(self) -> DirectGetIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _release(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            try:
+                sub.unsubscribe()
+            except NatsError:
+                pass  # closed or forked client: nothing to undo
+
+    def __del__(self) -> None:
+        # An iterator dropped mid-way (``for m in it: break``). The garbage collector may run
+        # this on any thread, even one holding the client lock (the I/O thread): never block on
+        # the lock here; when it is taken, unsubscribe from a short-lived thread instead.
+        sub = getattr(self, "_sub", None)
+        if sub is None:
+            return
+        self._sub = None
+        lock = self._client._lock
+        if lock.acquire(blocking=False):
+            lock.release()
+            try:
+                sub.unsubscribe()
+            except NatsError:
+                pass
+        else:
+            closer = threading.Thread(target=_unsubscribe_quietly, args=(sub,), name="jssync-directget-close", daemon=True)
+            try:
+                closer.start()
+            except RuntimeError:  # interpreter shutdown: the connection goes away anyway
+                pass
+
+    def __repr__(self) -> str:
+        m = self._machine
+        state = f"done ({m.reason})" if m.done else "in progress"
+        return f"<DirectGetIterator {m.delivered} received, {state}>"
+
+
+def _unsubscribe_quietly(sub: Subscription) -> None:
+    try:
+        sub.unsubscribe()
+    except NatsError:
+        pass

@@ -1,0 +1,626 @@
+"""Batched direct get (ADR-31): request bodies, the status table, and the reply machine.
+
+Sans-IO like the rest of jscore. A batched direct get is a request on
+``$JS.API.DIRECT.GET.<stream>`` whose reply subject (an inbox) then receives, without flow
+control, one plain message per stored message and finally a zero-length ``NATS/1.0 204 EOB``
+status carrying the cursor headers:
+
+* ``Nats-Num-Pending``: how many matching messages are left after this batch;
+* ``Nats-Last-Sequence``: the stream sequence of the last message sent (on each message: of the
+  message sent before it in the same batch, 0 for the first);
+* ``Nats-UpTo-Sequence`` (multi_last only): the sequence the results were read up to; later pages
+  send it as ``up_to_seq`` so that the pages together form ONE point-in-time snapshot.
+
+Two request forms:
+
+* **batch** (:func:`batch_request`): up to ``batch`` messages (and ``max_bytes``) from ``seq``
+  or ``start_time``, optionally only those on ``next_by_subject`` (wildcards allowed). One
+  request; the caller resumes at :attr:`DirectGetBatch.next_seq` while ``num_pending`` > 0.
+* **multi_last** (:func:`last_for_request`): the last message of every subject matching
+  ``subjects`` (at most 1024 matching subjects: the server answers ``413`` beyond), optionally
+  as of ``up_to_seq`` / ``up_to_time``, ``batch`` per reply. :class:`DirectGetBatch` pages on by
+  itself: the next page asks from ``last seq + 1`` with ``up_to_seq`` = the first page's
+  ``Nats-UpTo-Sequence``, until an EOB says nothing is pending.
+
+:class:`DirectGetBatch` is the machine of one call: built with the validated options and
+``now``, it queues the request(s) to send (:class:`DirectGetRequested`), is fed every reply with
+:meth:`~DirectGetBatch.receive_msg`, and reports :class:`StoredMsgDelivered` and finally one
+:class:`DirectGetFinished` (``error`` None for a normal end). It never raises on server input:
+a malformed reply, a lost reply (:class:`BatchGapError`, detected from the
+``Nats-Last-Sequence`` chain), an old server (:class:`BatchGetUnsupportedError`), a status error
+or the deadline (:class:`TimeoutError`) all end it with ``DirectGetFinished(error=...)``.
+Each request (page) must reach its EOB within ``timeout`` seconds of being queued.
+
+:data:`DIRECT_GET_STATUS_TABLE` is the one place the statuses are interpreted, for single gets
+(:func:`jscore.jsapi.stored_msg_from_direct`) and batches alike; docs/conformance.md is generated
+from it.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, Union
+
+from .errors import (
+    BadRequestError,
+    BatchGapError,
+    BatchGetUnsupportedError,
+    DirectGetNoRespondersError,
+    InvalidOptionError,
+    JetStreamAPIError,
+    JetStreamError,
+    MsgNotFoundError,
+    NatsError,
+    TimeoutError,
+    TooManySubjectsError,
+)
+from .headers import Headers
+from .jsapi import _check_seq, _DirectGetRequest, check_filter_subject, stored_msg_from_direct
+from .models import StoredMsg, encode
+
+__all__ = [
+    "MAX_MULTI_LAST_SUBJECTS",
+    "Disposition",
+    "DirectStatusRule",
+    "DIRECT_GET_STATUS_TABLE",
+    "DISPOSITION_TEXT",
+    "classify_direct_status",
+    "direct_status_error",
+    "BatchOptions",
+    "LastForOptions",
+    "resolve_batch",
+    "resolve_last_for",
+    "batch_request",
+    "last_for_request",
+    "BatchReply",
+    "parse_batch_reply",
+    "DirectGetRequested",
+    "StoredMsgDelivered",
+    "DirectGetFinished",
+    "DirectGetEvent",
+    "DirectGetBatch",
+]
+
+MAX_MULTI_LAST_SUBJECTS: Final = 1024
+"""The server's limit on the subjects a multi_last request may MATCH (413 beyond). It is not
+checked on the client: only the server knows how many subjects the filters match (nats-server
+2.15.1 accepts 5000 literal filters of which three exist)."""
+
+_MAX_COUNT: Final = 2**31 - 1  # batch must fit the server's int comfortably
+_MAX_BYTES: Final = 2**63 - 1
+_MAX_DIGITS: Final = 20  # 2**64 - 1 has 20 digits
+_U64: Final = 2**64
+
+
+# =========================================================================== the status table
+
+
+class Disposition(enum.Enum):
+    """What a status reply does to a single get or to a batch / multi_last request."""
+
+    END_OF_BATCH = "end_of_batch"
+    EMPTY = "empty"
+    ERROR = "error"
+
+
+DISPOSITION_TEXT: Final[dict[Disposition, str]] = {
+    Disposition.END_OF_BATCH: "ends the request; its Nats-Num-Pending / Nats-Last-Sequence (and "
+    "Nats-UpTo-Sequence) give the cursor; multi_last requests the next page while Nats-Num-Pending > 0",
+    Disposition.EMPTY: "ends, no error: nothing (more) matched; an empty iteration",
+    Disposition.ERROR: "raises the error",
+}
+
+
+@dataclass(frozen=True)
+class DirectStatusRule:
+    """One row of the direct-get status table. ``code`` None is the catch-all of unknown codes;
+    ``description_prefix`` is matched with ``str.startswith``, case-sensitive (``""``: any).
+    ``error`` is the error type (None: :class:`JetStreamAPIError`), ``err_code`` the one it
+    carries (a status has none of its own; 404 and 408 take those ``STREAM.MSG.GET`` uses)."""
+
+    code: int | None
+    description_prefix: str
+    single: Disposition
+    batch: Disposition
+    error: type[NatsError] | None
+    err_code: int
+    note: str
+
+
+_R = DirectStatusRule
+_D = Disposition
+
+# Rows of one code are tried in order, specific prefixes first, the code's catch-all ("") last.
+# Checked against nats-server 2.15.1 (see tests/integration/test_direct_get_batch.py).
+DIRECT_GET_STATUS_TABLE: Final[tuple[DirectStatusRule, ...]] = (
+    _R(204, "EOB", _D.ERROR, _D.END_OF_BATCH, None, 0,
+       "End of batch: zero-length, with Nats-Num-Pending, Nats-Last-Sequence and, for multi_last, "
+       "Nats-UpTo-Sequence. A single get never expects one."),
+    _R(204, "", _D.ERROR, _D.END_OF_BATCH, None, 0,
+       "Any other 204 is read as an end of batch too (204 has no other meaning in ADR-31)."),
+    _R(404, "", _D.ERROR, _D.EMPTY, MsgNotFoundError, 10037,
+       "'Message Not Found' (seq, subject, time) or 'No Results' (multi_last): nothing matched. "
+       "A single get raises like STREAM.MSG.GET; a batch is simply empty."),
+    _R(408, "", _D.ERROR, _D.ERROR, BadRequestError, 10003,
+       "'Bad Request' / 'Empty Request': the server refused the request. The client validates "
+       "first (seq with start_time, batch < 1 ...), so this is a rule it does not know."),
+    _R(413, "", _D.ERROR, _D.ERROR, TooManySubjectsError, 0,
+       "'Too Many Results': multi_last matched more than 1024 subjects, whatever batch or up_to_seq."),
+    _R(503, "", _D.ERROR, _D.ERROR, DirectGetNoRespondersError, 0,
+       "No responders: no such stream, or it does not allow direct get (allow_direct false); "
+       "immediate, not a timeout."),
+    _R(None, "", _D.ERROR, _D.ERROR, None, 0,
+       "Any other status (e.g. 500 with a store error): reported with its code and description."),
+)  # fmt: skip
+
+_BY_CODE: Final[dict[int, tuple[DirectStatusRule, ...]]] = {}
+for _rule in DIRECT_GET_STATUS_TABLE:
+    if _rule.code is not None:
+        _BY_CODE[_rule.code] = _BY_CODE.get(_rule.code, ()) + (_rule,)
+_UNKNOWN: Final = DIRECT_GET_STATUS_TABLE[-1]
+del _rule
+
+
+# The description of a status line that has none (as the single get always said).
+_BARE_DESCRIPTION: Final = {404: "no message found", 408: "bad request", 413: "too many results"}
+
+
+def classify_direct_status(code: int, description: str | None) -> DirectStatusRule:
+    """The row of a status reply: the first row of ``code`` whose prefix starts ``description``
+    (case-sensitive), else the catch-all row."""
+    desc = description or ""
+    for rule in _BY_CODE.get(code, ()):
+        if desc.startswith(rule.description_prefix):
+            return rule
+    return _UNKNOWN
+
+
+def direct_status_error(rule: DirectStatusRule, code: int, description: str | None) -> NatsError:
+    """The error a status is reported as (a status that ends a request with an error)."""
+    desc = description or ""
+    cls = rule.error or JetStreamAPIError
+    if issubclass(cls, JetStreamAPIError):
+        return cls(code, rule.err_code, desc or _BARE_DESCRIPTION.get(code, f"direct get failed with status {code}"))
+    if cls is DirectGetNoRespondersError:
+        return DirectGetNoRespondersError(
+            "direct get has no responders: the stream does not exist or does not allow direct get (allow_direct)"
+        )
+    return cls(f"direct get failed with status {code} {desc}".rstrip())  # pragma: no cover - no such row
+
+
+# =========================================================================== requests
+
+
+def _positive(name: str, value: object, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidOptionError(f"{name} must be an int, got {type(value).__name__}")
+    if not 1 <= value <= maximum:
+        raise InvalidOptionError(f"{name} must be between 1 and {maximum}, got {value}")
+    return value
+
+
+def _check_time(name: str, value: object) -> datetime:
+    if not isinstance(value, datetime):
+        raise InvalidOptionError(f"{name} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidOptionError(f"{name} must be timezone-aware, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """A validated batch request (:func:`resolve_batch`). ``seq`` is None only with ``start_time``."""
+
+    seq: int | None
+    next_by_subject: str | None
+    start_time: datetime | None
+    batch: int
+    max_bytes: int | None
+
+    def body(self) -> bytes:
+        return encode(
+            _DirectGetRequest(
+                seq=self.seq,
+                next_by_subj=self.next_by_subject,
+                start_time=self.start_time,
+                batch=self.batch,
+                max_bytes=self.max_bytes,
+            )
+        )
+
+
+@dataclass(frozen=True)
+class LastForOptions:
+    """A validated multi_last request (:func:`resolve_last_for`)."""
+
+    subjects: tuple[str, ...]
+    up_to_seq: int | None
+    up_to_time: datetime | None
+    batch: int | None
+
+    def body(self, seq: int | None = None, up_to_seq: int | None = None) -> bytes:
+        """The body of a page: the first one as given; a later one from ``seq`` (the cursor) up
+        to ``up_to_seq`` (the first page's Nats-UpTo-Sequence, replacing ``up_to_time``)."""
+        if up_to_seq is None:
+            up_to_seq, up_to_time = self.up_to_seq, self.up_to_time
+        else:
+            up_to_time = None
+        return encode(
+            _DirectGetRequest(
+                seq=seq,
+                batch=self.batch,
+                multi_last=list(self.subjects),
+                up_to_seq=up_to_seq,
+                up_to_time=up_to_time,
+            )
+        )
+
+
+def resolve_batch(
+    seq: int | None = None,
+    *,
+    next_by_subject: str | None = None,
+    start_time: datetime | None = None,
+    batch: int,
+    max_bytes: int | None = None,
+) -> BatchOptions:
+    """Validate a batch request; :class:`InvalidOptionError` (or :class:`BadSubjectError` for
+    ``next_by_subject``) before anything is sent. Without ``seq`` and ``start_time`` the batch
+    starts at sequence 1; ``seq`` and ``start_time`` exclude each other (the server says 408)."""
+    _positive("batch", batch, _MAX_COUNT)
+    if max_bytes is not None:
+        _positive("max_bytes", max_bytes, _MAX_BYTES)
+    if seq is not None and start_time is not None:
+        raise InvalidOptionError("give seq or start_time, not both")
+    if start_time is not None:
+        _check_time("start_time", start_time)
+    elif seq is None:
+        seq = 1
+    else:
+        _check_seq(seq)
+    if next_by_subject is not None:
+        check_filter_subject(next_by_subject, "next_by_subject")
+    return BatchOptions(
+        seq=seq, next_by_subject=next_by_subject, start_time=start_time, batch=batch, max_bytes=max_bytes
+    )
+
+
+def resolve_last_for(
+    subjects: str | Sequence[str],
+    *,
+    up_to_seq: int | None = None,
+    up_to_time: datetime | None = None,
+    batch: int | None = None,
+) -> LastForOptions:
+    """Validate a multi_last request: ``subjects`` is one subject or a non-empty sequence of
+    them (wildcards allowed, duplicates dropped, order kept); ``up_to_seq`` and ``up_to_time``
+    exclude each other. The 1024-subject limit is the server's (413): it counts matches."""
+    if isinstance(subjects, str):
+        subjects = [subjects]
+    if not isinstance(subjects, Sequence) or isinstance(subjects, (bytes, bytearray)):
+        raise InvalidOptionError(f"subjects must be a str or a sequence of str, got {type(subjects).__name__}")
+    if not subjects:
+        raise InvalidOptionError("subjects must not be empty")
+    unique: dict[str, None] = {}
+    for subject in subjects:
+        unique[check_filter_subject(subject, "subject")] = None
+    if up_to_seq is not None and up_to_time is not None:
+        raise InvalidOptionError("give up_to_seq or up_to_time, not both")
+    if up_to_seq is not None:
+        _check_seq(up_to_seq, "up_to_seq")
+    if up_to_time is not None:
+        _check_time("up_to_time", up_to_time)
+    if batch is not None:
+        _positive("batch", batch, _MAX_COUNT)
+    return LastForOptions(subjects=tuple(unique), up_to_seq=up_to_seq, up_to_time=up_to_time, batch=batch)
+
+
+def batch_request(
+    seq: int | None = None,
+    *,
+    next_by_subject: str | None = None,
+    start_time: datetime | None = None,
+    batch: int,
+    max_bytes: int | None = None,
+) -> bytes:
+    """The JSON body of a batch direct get (validated as :func:`resolve_batch` does)."""
+    return resolve_batch(
+        seq, next_by_subject=next_by_subject, start_time=start_time, batch=batch, max_bytes=max_bytes
+    ).body()
+
+
+def last_for_request(
+    subjects: str | Sequence[str],
+    *,
+    up_to_seq: int | None = None,
+    up_to_time: datetime | None = None,
+    batch: int | None = None,
+) -> bytes:
+    """The JSON body of the first page of a multi_last direct get."""
+    return resolve_last_for(subjects, up_to_seq=up_to_seq, up_to_time=up_to_time, batch=batch).body()
+
+
+# =========================================================================== replies
+
+
+def _number(headers: Headers, key: str) -> int | None:
+    """A cursor header as an int; None when absent. :class:`JetStreamError` if it is not a
+    decimal number in 0 .. 2**64-1 (garbage is refused, never guessed at)."""
+    value = headers.get(key)
+    if value is None:
+        return None
+    if not (value.isascii() and value.isdigit()) or len(value) > _MAX_DIGITS or int(value) >= _U64:
+        raise JetStreamError(f"invalid direct get reply: {key} {value[:32]!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class BatchReply:
+    """One reply of a batched direct get, parsed: a message (``msg``) or an end of batch
+    (``msg`` None), with its cursor headers (None where absent)."""
+
+    msg: StoredMsg | None
+    num_pending: int | None
+    last_seq: int | None
+    up_to_seq: int | None
+
+
+def parse_batch_reply(headers: Headers | None, data: bytes) -> BatchReply:
+    """Parse a user message (not a status) of a batch: the stored message (its Nats-* headers
+    moved into the fields, as :func:`~jscore.jsapi.stored_msg_from_direct` does) and the cursor
+    headers. :class:`JetStreamError` when a header is missing or malformed."""
+    msg = stored_msg_from_direct(headers, data, None, None)
+    assert headers is not None  # (stored_msg_from_direct refuses None)
+    return BatchReply(
+        msg=msg,
+        num_pending=_number(headers, "Nats-Num-Pending"),
+        last_seq=_number(headers, "Nats-Last-Sequence"),
+        up_to_seq=_number(headers, "Nats-UpTo-Sequence"),
+    )
+
+
+def _parse_eob(headers: Headers | None) -> BatchReply:
+    if headers is None:
+        raise JetStreamError("invalid end of batch: no Nats-Num-Pending / Nats-Last-Sequence headers")
+    return BatchReply(
+        msg=None,
+        num_pending=_number(headers, "Nats-Num-Pending"),
+        last_seq=_number(headers, "Nats-Last-Sequence"),
+        up_to_seq=_number(headers, "Nats-UpTo-Sequence"),
+    )
+
+
+# =========================================================================== events
+
+
+@dataclass(frozen=True)
+class DirectGetRequested:
+    """Send ``body`` to ``subject`` with the call's inbox as the reply subject."""
+
+    subject: str
+    body: bytes
+    page: int
+
+
+@dataclass(frozen=True)
+class StoredMsgDelivered:
+    msg: StoredMsg
+
+
+@dataclass(frozen=True)
+class DirectGetFinished:
+    """The call is over: ``error`` None for a normal end; ``reason`` says which
+    (``"eob"``, ``"empty"``, ``"stopped"``, ``"status"``, ``"timeout"``, ``"gap"``,
+    ``"unsupported"``, ``"malformed"``)."""
+
+    error: NatsError | None
+    reason: str
+
+
+DirectGetEvent = Union[DirectGetRequested, StoredMsgDelivered, DirectGetFinished]
+
+
+# =========================================================================== the machine
+
+
+class DirectGetBatch:
+    """The machine of one batched direct get call (a batch, or every page of a multi_last).
+
+    Inputs: :meth:`receive_msg` (every message of the inbox), :meth:`handle_timeout`,
+    :meth:`stop`. Outputs: :meth:`next_event` / :meth:`drain_events`, :meth:`next_deadline`
+    (pure). Results once finished: :attr:`num_pending` (0 when nothing is left; for a multi_last
+    always 0 after a complete snapshot), :attr:`last_seq`, :attr:`next_seq` (the cursor of a
+    batch: where the next one should start), :attr:`up_to_seq` (the multi_last snapshot)."""
+
+    def __init__(self, subject: str, options: BatchOptions | LastForOptions, *, timeout: float, now: float) -> None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
+            math.isfinite(timeout) and timeout > 0
+        ):
+            raise InvalidOptionError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self._subject = subject
+        self._options = options
+        self._multi = isinstance(options, LastForOptions)
+        self._timeout = float(timeout)
+        self._events: list[DirectGetEvent] = []
+        self._deadline: float | None = None
+        self.done = False
+        self.error: NatsError | None = None
+        self.reason: str | None = None
+        self.pages = 0
+        self.delivered = 0
+        self.num_pending: int | None = None
+        self.last_seq: int | None = None
+        self.up_to_seq: int | None = None
+        self._page_prev = 0  # seq of the previous message in the current page (0: none yet)
+        self._page_count = 0  # messages in the current page
+        self._request(options.body(), now)
+
+    # -- results ------------------------------------------------------------------------------
+
+    @property
+    def next_seq(self) -> int | None:
+        """Where a following batch starts: the last delivered sequence + 1, else the request's
+        own start (None when it started from a time and nothing came)."""
+        if self.last_seq is not None:
+            return self.last_seq + 1
+        if isinstance(self._options, BatchOptions):
+            return self._options.seq
+        return None
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    # -- the contract ---------------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When the current request times out (None once finished). Pure."""
+        return None if self.done else self._deadline
+
+    def next_event(self) -> DirectGetEvent | None:
+        return self._events.pop(0) if self._events else None
+
+    def drain_events(self) -> list[DirectGetEvent]:
+        events, self._events = self._events, []
+        return events
+
+    def handle_timeout(self, now: float) -> None:
+        if self.done or self._deadline is None or now < self._deadline:
+            return
+        where = f"page {self.pages} of the multi_last" if self._multi else "the batch"
+        self._finish(
+            TimeoutError(
+                f"direct get on {self._subject!r}: no end of batch (204 EOB) for {where} within "
+                f"{self._timeout:g} s; {self.delivered} message(s) received"
+                + (f", resume at seq {self.next_seq}" if not self._multi and self.next_seq is not None else "")
+            ),
+            "timeout",
+        )
+
+    def stop(self, now: float) -> None:
+        """The caller gave up (closed the iterator): finish without an error."""
+        if not self.done:
+            self._finish(None, "stopped")
+
+    def receive_msg(
+        self, headers: Headers | None, data: bytes, status: int | None, description: str | None, now: float
+    ) -> None:
+        """Feed one message of the inbox. Never raises for what the server sent."""
+        if self.done:
+            return  # late (after a timeout or stop): not delivered
+        if status is not None:
+            self._on_status(headers, status, description, now)
+            return
+        try:
+            reply = parse_batch_reply(headers, data)
+        except JetStreamError as exc:
+            self._finish(exc, "malformed")
+            return
+        msg = reply.msg
+        assert msg is not None
+        if reply.num_pending is None:
+            if self.delivered == 0 and self.pages == 1:
+                self._finish(
+                    BatchGetUnsupportedError(
+                        "the server answered a batched direct get without Nats-Num-Pending: it does not "
+                        "support batches (nats-server 2.11 or later does)"
+                    ),
+                    "unsupported",
+                )
+            else:
+                self._finish(JetStreamError("invalid direct get batch reply: no Nats-Num-Pending"), "malformed")
+            return
+        if reply.last_seq is None:
+            self._finish(JetStreamError("invalid direct get batch reply: no Nats-Last-Sequence"), "malformed")
+            return
+        if reply.last_seq != self._page_prev:
+            self._finish(self._gap(f"message {msg.seq} says the one before it was {reply.last_seq}"), "gap")
+            return
+        if self.last_seq is not None and msg.seq <= self.last_seq:
+            self._finish(
+                JetStreamError(f"invalid direct get batch reply: seq {msg.seq} after {self.last_seq}"), "malformed"
+            )
+            return
+        self._page_prev = msg.seq
+        self._page_count += 1
+        self.delivered += 1
+        self.last_seq = msg.seq
+        if not self._multi:
+            self.num_pending = reply.num_pending
+        self._events.append(StoredMsgDelivered(msg))
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _on_status(self, headers: Headers | None, status: int, description: str | None, now: float) -> None:
+        rule = classify_direct_status(status, description)
+        if rule.batch is Disposition.ERROR:
+            self._finish(direct_status_error(rule, status, description), "status")
+            return
+        if rule.batch is Disposition.EMPTY:
+            self.num_pending = 0
+            self._finish(None, "empty")
+            return
+        try:
+            eob = _parse_eob(headers)
+        except JetStreamError as exc:
+            self._finish(exc, "malformed")
+            return
+        if eob.num_pending is None or eob.last_seq is None:
+            self._finish(
+                JetStreamError("invalid end of batch: Nats-Num-Pending and Nats-Last-Sequence are required"),
+                "malformed",
+            )
+            return
+        if eob.last_seq != self._page_prev:
+            self._finish(self._gap(f"the end of batch says the last message was {eob.last_seq}"), "gap")
+            return
+        self.num_pending = eob.num_pending
+        if not self._multi:
+            self._finish(None, "eob")
+            return
+        if self.up_to_seq is None:
+            self.up_to_seq = eob.up_to_seq
+        if eob.num_pending == 0:
+            self._finish(None, "eob")
+            return
+        # More is pending: the next page, from the cursor, up to the first page's snapshot.
+        if self.up_to_seq is None:
+            self._finish(
+                JetStreamError("invalid multi_last end of batch: Nats-UpTo-Sequence is missing, cannot page"),
+                "malformed",
+            )
+            return
+        if self._page_count == 0 or self.last_seq is None:
+            self._finish(
+                JetStreamError(
+                    f"multi_last made no progress: an empty page with {eob.num_pending} message(s) pending"
+                ),
+                "malformed",
+            )
+            return
+        assert isinstance(self._options, LastForOptions)
+        self._request(self._options.body(self.last_seq + 1, self.up_to_seq), now)
+
+    def _gap(self, what: str) -> BatchGapError:
+        return BatchGapError(
+            f"direct get on {self._subject!r} lost a reply: {what}, but {self._page_prev or 'none'} was received"
+            f" ({self.delivered} message(s) delivered; resume at seq {self.next_seq})"
+        )
+
+    def _request(self, body: bytes, now: float) -> None:
+        self.pages += 1
+        self._page_prev = 0
+        self._page_count = 0
+        self._deadline = now + self._timeout
+        self._events.append(DirectGetRequested(self._subject, body, self.pages))
+
+    def _finish(self, error: NatsError | None, reason: str) -> None:
+        self.done = True
+        self.error = error
+        self.reason = reason
+        self._deadline = None
+        self._events.append(DirectGetFinished(error, reason))
