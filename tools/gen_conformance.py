@@ -9,9 +9,6 @@ The tables in jscore/pull.py (``STATUS_TABLE``) and jscore/directget.py
 machine do and what the documentation says come from the same rows, and
 tests/core/test_conformance_doc.py (and tests/core/test_directget.py for the direct-get part)
 fail when the committed file no longer matches.
-
-The direct-get table is written without leading pipes (valid GitHub-flavoured Markdown): the
-row check of tests/core/test_conformance_doc.py counts the lines starting with ``| `` as pull rows.
 """
 
 from __future__ import annotations
@@ -113,9 +110,8 @@ def _direct_single(rule: directget.DirectStatusRule) -> str:
 def render_direct() -> list[str]:
     """The direct-get part of the page, as lines."""
     lines = [DIRECT_INTRO, "### The status table", ""]
-    # No leading pipe on these rows (see the module docstring).
-    lines.append("Code | Description prefix | Single get | Batch / multi_last | Error type | Note")
-    lines.append("---|---|---|---|---|---")
+    lines.append("| Code | Description prefix | Single get | Batch / multi_last | Error type | Note |")
+    lines.append("|---|---|---|---|---|---|")
     for rule in directget.DIRECT_GET_STATUS_TABLE:
         cells = [
             _direct_code(rule),
@@ -127,7 +123,7 @@ def render_direct() -> list[str]:
             else f"- (single get: {_direct_error(rule)})",
             rule.note,
         ]
-        lines.append(" | ".join(_cell(c) for c in cells))
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     lines += [
         "",
         "### Around the table",
