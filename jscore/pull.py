@@ -98,6 +98,7 @@ __all__ = [
     "ConnectionLost",
     "ConnectionRestored",
     "ConnectionClosed",
+    "ConsumerGone",
     "MessagesTaken",
     "PullCommand",
     # events
@@ -110,6 +111,7 @@ __all__ = [
     "PinIdCleared",
     "FetchFinished",
     "ConsumeTerminated",
+    "ConsumerCheckRequested",
     "PullEvent",
     # machines
     "PullState",
@@ -465,6 +467,7 @@ class ConsumeOptions(msgspec.Struct, frozen=True, kw_only=True):
     pin_id: str | None = None
     no_responders_limit: int = DEFAULT_NO_RESPONDERS_LIMIT
     no_responders_backoff: float = DEFAULT_NO_RESPONDERS_BACKOFF
+    no_responders_check: bool = False
 
     @property
     def by_bytes(self) -> bool:
@@ -529,6 +532,7 @@ def resolve_consume_options(
     pin_id: str | None = None,
     no_responders_limit: int = DEFAULT_NO_RESPONDERS_LIMIT,
     no_responders_backoff: float = DEFAULT_NO_RESPONDERS_BACKOFF,
+    no_responders_check: bool = False,
 ) -> ConsumeOptions:
     """Consume options with ADR-37's defaults (those of nats.go's pull.go), validated.
 
@@ -541,6 +545,10 @@ def resolve_consume_options(
       limit not in use (it would be silently ignored).
     * ``no_responders_limit`` (K): consecutive 503s after which the consume ends;
       ``no_responders_backoff``: the first retry delay, doubled per 503, capped at 10 s.
+      ``no_responders_check``: instead of ending, every K-th 503 in a row asks the transport
+      whether the consumer still exists (:class:`ConsumerCheckRequested`); it answers
+      :class:`ConsumerGone` or nothing, and the consume keeps retrying meanwhile (a cluster
+      without quorum, a leader election: ADR-37 allows the check).
     """
     if max_messages is not None and max_bytes is not None:
         _fail("max_messages and max_bytes exclude each other (ADR-37): give one")
@@ -567,6 +575,8 @@ def resolve_consume_options(
     g, mp, map_, pr, pin = _priority_options(group, min_pending, min_ack_pending, priority, pin_id)
     limit = _count("no_responders_limit", no_responders_limit, 1)
     backoff = _seconds("no_responders_backoff", no_responders_backoff)
+    if not isinstance(no_responders_check, bool):
+        _fail(f"no_responders_check must be a bool, got {no_responders_check!r}")
     if backoff <= 0:
         _fail(f"no_responders_backoff must be > 0 seconds, got {no_responders_backoff!r}")
     return ConsumeOptions(
@@ -583,6 +593,7 @@ def resolve_consume_options(
         pin_id=pin,
         no_responders_limit=limit,
         no_responders_backoff=backoff,
+        no_responders_check=no_responders_check,
     )
 
 
@@ -699,7 +710,14 @@ class MessagesTaken(msgspec.Struct, frozen=True, kw_only=True):
     size: int = 0
 
 
-PullCommand = Union[Stop, Drain, ConnectionLost, ConnectionRestored, ConnectionClosed, MessagesTaken]
+class ConsumerGone(msgspec.Struct, frozen=True, kw_only=True):
+    """Consume, the answer to :class:`ConsumerCheckRequested`: the consumer (or its stream) no
+    longer exists; the machine ends with ``error``."""
+
+    error: NatsError
+
+
+PullCommand = Union[Stop, Drain, ConnectionLost, ConnectionRestored, ConnectionClosed, MessagesTaken, ConsumerGone]
 
 
 # ============================================================================ events
@@ -777,6 +795,14 @@ class ConsumeTerminated(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
+class ConsumerCheckRequested(msgspec.Struct, frozen=True, kw_only=True):
+    """Consume with ``no_responders_check``: K (more) 503s in a row. The transport asks the
+    server whether the consumer still exists and answers :class:`ConsumerGone` if not; the
+    machine keeps retrying with backoff meanwhile. ``error`` is the last 503's."""
+
+    error: Exception
+
+
 PullEvent = Union[
     PullRequested,
     MessageDelivered,
@@ -787,6 +813,7 @@ PullEvent = Union[
     PinIdCleared,
     FetchFinished,
     ConsumeTerminated,
+    ConsumerCheckRequested,
 ]
 
 
@@ -949,6 +976,9 @@ class FetchMachine(_Machine):
                         self._finish(err, "connection lost", None)
                 case ConnectionRestored() | MessagesTaken():
                     pass  # a fetch ended on the loss already; it has no local buffer to track
+                case ConsumerGone(error=error):
+                    if self.state is not _FINISHED:  # (a fetch never asks; honoured all the same)
+                        self._finish(error, "the consumer is gone", None)
                 case _:
                     _unknown_command(command)
         except BaseException as exc:
@@ -1175,6 +1205,9 @@ class ConsumeMachine(_Machine):
                     if self.state is not _FINISHED:
                         err = error or ConnectionLostError("the connection closed for good")
                         self._terminate(err, "connection closed")
+                case ConsumerGone(error=error):
+                    if self.state is not _FINISHED:
+                        self._terminate(error, "the consumer is gone (503 no responders, then not found)")
                 case _:
                     _unknown_command(command)
         except BaseException as exc:
@@ -1276,9 +1309,11 @@ class ConsumeMachine(_Machine):
             case D.RETRY_BACKOFF:
                 self._no_responders += 1
                 error = status_error(rule, code, desc)
-                if self._no_responders >= self.options.no_responders_limit:
-                    self._terminate(error, f"{self._no_responders} consecutive no-responders statuses")
-                    return
+                if self._no_responders % self.options.no_responders_limit == 0:
+                    if not self.options.no_responders_check:
+                        self._terminate(error, f"{self._no_responders} consecutive no-responders statuses")
+                        return
+                    self._events.append(ConsumerCheckRequested(error=error))
                 self._events.append(StatusWarning(code=code, description=desc, error=error))
                 self.pending_messages = self.pending_bytes = 0
                 delay = self.options.no_responders_backoff * 2 ** (self._no_responders - 1)

@@ -58,11 +58,6 @@ _monotonic: Final = time.monotonic
 _SAFETY: Final = 5.0
 # The longest a consume handler's ack waits to be written with others (see ConsumeContext._run).
 _ACK_DELAY: Final = 0.002
-# 503s in a row after which a consume asks whether its consumer still exists: gone ends the
-# consume with the typed error; still there (a cluster without quorum, a leader election) keeps
-# it retrying with the machine's backoff (up to 10 s).
-_NO_RESPONDERS_CHECK: Final = 3
-_NEVER: Final = 2_147_483_647  # (the machine never ends the consume on 503s itself)
 
 
 class _End:
@@ -111,7 +106,6 @@ class _Driver:
         self._inbox = ""
         self._sid = 0
         self._done = False
-        self._strikes = 0  # (consume: 503s since the last delivery; see _ConsumeDriver)
         self.error: BaseException | None = None
 
     def _start(self) -> None:
@@ -191,7 +185,6 @@ class _Driver:
             cls = e.__class__
             if cls is P.MessageDelivered:
                 q.put(JsMsg._from_event(e.msg, client))  # type: ignore[union-attr]
-                self._strikes = 0
             elif cls is P.PullRequested:
                 try:
                     self._conn.publish(self._pull_subject, e.body, self._inbox)  # type: ignore[union-attr]
@@ -373,17 +366,18 @@ class _ConsumeDriver(_Driver):
             self._consumer._pins[self._group] = e.pin_id
         elif cls is P.PinIdCleared:
             self._consumer._pins.pop(self._group, None)
-        elif cls is P.StatusWarning and e.code == 503:
-            self._strikes += 1
-            if self._strikes >= _NO_RESPONDERS_CHECK and not self._checking:
+        elif cls is P.ConsumerCheckRequested:
+            # K 503s in a row: does the consumer still exist? (asked off the I/O thread)
+            if not self._checking:
                 self._checking = True
                 threading.Thread(target=self._verify, args=(e.error,), name="jssync-consume-check",
                                  daemon=True).start()
+            return
         self._notify(e)
 
     def _verify(self, cause: BaseException) -> None:
         """Off the I/O thread: does the consumer still exist? (ADR-37 allows the check.)"""
-        gone: BaseException | None = None
+        gone: NatsError | None = None
         try:
             self._consumer.info(timeout=2.0)
         except (ConsumerNotFoundError, StreamNotFoundError) as exc:
@@ -394,9 +388,9 @@ class _ConsumeDriver(_Driver):
         client = self._client
         with client._lock:
             self._checking = False
-            self._strikes = 0
             if gone is not None:
-                self._finish(gone, "the consumer is gone (503 no responders, then not found)")
+                self._command(P.ConsumerGone(error=gone), _monotonic())
+                client._wake_locked()
     def took(self, count: int, size: int) -> None:
         """A reader took ``count`` messages of ``size`` bytes from the queue (any thread);
         deferred acks go out with the pull this may send."""
@@ -459,9 +453,9 @@ def _consume_options(
         min_ack_pending=min_ack_pending,
         priority=priority,
         pin_id=pin_id,
-        # The machine would end after K 503s in a row; the transport asks the server instead
-        # (see _ConsumeDriver._verify), so the machine only warns and backs off.
-        no_responders_limit=_NEVER,
+        # After K 503s in a row the machine asks us to check the consumer (_ConsumeDriver._verify)
+        # instead of ending: a cluster without quorum or electing a leader is not a lost consumer.
+        no_responders_check=True,
     )
 
 

@@ -192,11 +192,13 @@ def render() -> str:
         "at all (then for `expires` seconds) and otherwise waits for the application to take a "
         "buffered message; 503 "
         f"retries after {pull.DEFAULT_NO_RESPONDERS_BACKOFF:g} s, doubling up to "
-        f"{pull.MAX_NO_RESPONDERS_BACKOFF:g} s; the core machine ends after "
-        f"{pull.DEFAULT_NO_RESPONDERS_LIMIT} in a row (configurable), while jssync's consume asks the "
-        "server after 3 in a row whether the consumer still exists: gone, it ends with "
-        "`ConsumerNotFoundError` / `StreamNotFoundError`; still there (no quorum, an election), it "
-        "keeps retrying.",
+        f"{pull.MAX_NO_RESPONDERS_BACKOFF:g} s; after "
+        f"{pull.DEFAULT_NO_RESPONDERS_LIMIT} in a row (`no_responders_limit`) the core machine ends, "
+        "or, with `no_responders_check` (what jssync's consume uses), emits "
+        "`ConsumerCheckRequested` at every K-th one and keeps retrying: the transport asks the server "
+        "whether the consumer still exists and answers `ConsumerGone` when it does not, which ends "
+        "the consume with `ConsumerNotFoundError` / `StreamNotFoundError`; still there (no quorum, "
+        "an election), the consume keeps retrying.",
         f"- Fetch: heartbeat {pull.FETCH_DEFAULT_HEARTBEAT:g} s by default only when expires >= "
         f"{pull.FETCH_HEARTBEAT_FROM:g} s; the client timer is expires + max(0.25 s, 10%) (at most +5 s), "
         f"always longer than the server's expiry; a no_wait fetch without expires waits "

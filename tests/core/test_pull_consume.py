@@ -15,6 +15,7 @@ from jscore.errors import (
     ConnectionLostError,
     ConsumerDeletedError,
     ConsumerNotFoundError,
+    InvalidOptionError,
     LocalProtocolError,
     MaxBytesExceededError,
     NoHeartbeatError,
@@ -28,6 +29,8 @@ from jscore.pull import (
     ConsumeMachine,
     ConsumeOptions,
     ConsumeTerminated,
+    ConsumerCheckRequested,
+    ConsumerGone,
     Drain,
     HeartbeatMissed,
     MessagesTaken,
@@ -408,6 +411,35 @@ def test_no_responders_limit_is_configurable_and_counts_consecutive_only() -> No
     m.handle_timeout(2.2)
     m.receive_msg(status(503), 2.3)
     assert m.finished
+
+
+def test_no_responders_check_asks_the_transport_instead_of_ending() -> None:
+    """With no_responders_check every K-th 503 in a row requests a check; the machine keeps
+    retrying until the transport answers ConsumerGone, then ends with that error."""
+    m, _ = machine(max_messages=10, no_responders_limit=2, no_responders_check=True)
+    now, checks = 0.0, 0
+    for i in range(6):
+        m.receive_msg(status(503), now)
+        evs = events(m)
+        checks += len(of_type(evs, ConsumerCheckRequested))
+        assert len(of_type(evs, StatusWarning)) == 1 and not m.finished
+        assert checks == (i + 1) // 2  # at the 2nd, 4th and 6th 503
+        deadline = m.next_deadline()
+        assert deadline is not None
+        now = deadline
+        m.handle_timeout(now)
+        assert pulls(events(m)), "a 503 is retried after its backoff"
+    gone = ConsumerNotFoundError(404, 10014, "consumer not found")
+    m.handle(ConsumerGone(error=gone), now)
+    [end] = of_type(events(m), ConsumeTerminated)
+    assert end.error is gone and "gone" in end.reason and m.finished
+    m.handle(ConsumerGone(error=gone), now + 1)  # after the end: nothing more
+    assert events(m) == []
+
+
+def test_no_responders_check_must_be_a_bool() -> None:
+    with pytest.raises(InvalidOptionError):
+        resolve_consume_options(no_responders_check="yes")  # type: ignore[arg-type]
 
 
 def test_backoff_is_capped() -> None:

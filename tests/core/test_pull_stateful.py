@@ -21,11 +21,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from jscore.errors import ConsumerNotFoundError
 from jscore.pull import (
     ConnectionLost,
     ConnectionRestored,
     ConsumeMachine,
     ConsumeTerminated,
+    ConsumerCheckRequested,
+    ConsumerGone,
     Disposition,
     Drain,
     FetchFinished,
@@ -84,6 +87,7 @@ class ConsumeModel(RuleBasedStateMachine):
         expires_factor=st.sampled_from([2, 3, 4]),
         limit=st.integers(1, 4),
         terminal_after=st.integers(0, 80),
+        check=st.booleans(),
     )
     def setup(
         self,
@@ -95,21 +99,23 @@ class ConsumeModel(RuleBasedStateMachine):
         expires_factor: int,
         limit: int,
         terminal_after: int,
+        check: bool,
     ) -> None:
         self.steps = 0
+        self.check_requested = False
         self.terminal_after = terminal_after
         expires = max(1.0, heartbeat * expires_factor)
         if by_bytes:
             threshold = None if threshold_pct is None else max_bytes * threshold_pct // 100
             self.opts = resolve_consume_options(
                 max_bytes=max_bytes, threshold_bytes=threshold, expires=expires, heartbeat=heartbeat,
-                group="G", no_responders_limit=limit,
+                group="G", no_responders_limit=limit, no_responders_check=check,
             )
         else:
             threshold = None if threshold_pct is None else max_messages * threshold_pct // 100
             self.opts = resolve_consume_options(
                 max_messages=max_messages, threshold_messages=threshold, expires=expires, heartbeat=heartbeat,
-                group="G", no_responders_limit=limit,
+                group="G", no_responders_limit=limit, no_responders_check=check,
             )
         self.now = 0.0
         self.connected = True
@@ -139,6 +145,9 @@ class ConsumeModel(RuleBasedStateMachine):
             elif isinstance(ev, ConsumeTerminated):
                 assert not self.ended, "ended twice"
                 self.ended = True
+            elif isinstance(ev, ConsumerCheckRequested):
+                assert self.opts.no_responders_check and not self.ended
+                self.check_requested = True
         return evs
 
     # ------------------------------------------------------------ rules
@@ -200,6 +209,21 @@ class ConsumeModel(RuleBasedStateMachine):
             assert rule_.error is not None and type(end.error) is rule_.error
         if running and rule_.consume is Disposition.WARNING and not headers:
             assert (self.m.pending_messages, self.m.pending_bytes) == before  # no headers, no change
+
+    @rule()
+    def consumer_found_gone(self) -> None:
+        """The transport's answer to a check: the consumer no longer exists."""
+        if not self.check_requested:
+            return
+        self.check_requested = False
+        ended = self.ended
+        gone = ConsumerNotFoundError(404, 10014, "consumer not found")
+        self.m.handle(ConsumerGone(error=gone), self.now)
+        evs = self.absorb()
+        assert self.m.finished
+        if not ended:
+            [end] = [e for e in evs if isinstance(e, ConsumeTerminated)]
+            assert end.error is gone
 
     @rule()
     def idle_heartbeat(self) -> None:
