@@ -38,6 +38,7 @@ from .errors import (
     MaxMsgsPerSubjectError,
     NoStreamResponseError,
     PubAckTimeoutError,
+    StoreFailedError,
 )
 from .headers import Headers, HeadersInput
 from .models import PubAck, decode_pub_ack
@@ -603,7 +604,11 @@ class FrameWindow:
 
     Entries are complete frames keyed by an ``int`` token (the last token of their reply
     subject); nothing else is kept per message, and an ack costs a dict pop and one decode.
-    Frames are written in batches: :meth:`sent` records one deadline per batch. The caller owns
+    Frames are written in batches: :meth:`sent` records one deadline per batch. A frame whose
+    batch passed its deadline is re-sent at most ``retries`` times; one answered 503, 10158 or
+    10008 is re-sent with backoff (``retry_wait`` doubling, at most 5 s) until
+    ``transient_budget`` seconds (default ``ack_timeout * (retries + 1)``) after its first such
+    answer. The caller owns
     the transport, the lock and the clock; it calls :meth:`receive_ack` for every message on the
     reply inbox, :meth:`due` when :meth:`next_deadline` has passed, and :meth:`everything` after a
     reconnect. A definite refusal is kept in :attr:`failure` (the first one); the caller stops
@@ -626,9 +631,12 @@ class FrameWindow:
         "resent",
         "failure",
         "failed_token",
+        "transient_budget",
         "_deadlines",
         "_retry",
         "_attempts",
+        "_transient_since",
+        "_transient_sends",
     )
 
     def __init__(
@@ -639,6 +647,7 @@ class FrameWindow:
         retries: int = 5,
         retry_wait: float = 0.1,
         per_subject_dedup: bool = False,
+        transient_budget: float | None = None,
     ) -> None:
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
             raise InvalidOptionError(f"max_pending must be an int >= 1, got {max_pending!r}")
@@ -647,6 +656,13 @@ class FrameWindow:
                 raise InvalidOptionError(f"{name} must be > 0 seconds, got {value!r}")
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise InvalidOptionError(f"retries must be an int >= 0, got {retries!r}")
+        if transient_budget is not None and (
+            isinstance(transient_budget, bool)
+            or not isinstance(transient_budget, (int, float))
+            or not math.isfinite(transient_budget)
+            or transient_budget < 0
+        ):
+            raise InvalidOptionError(f"transient_budget must be >= 0 seconds, got {transient_budget!r}")
         self.frames: dict[int, bytes] = {}
         self.max_pending = max_pending
         self.ack_timeout = float(ack_timeout)
@@ -661,7 +677,11 @@ class FrameWindow:
         self.failed_token: int | None = None
         self._deadlines: deque[tuple[float, Iterable[int]]] = deque()  # batches, oldest first
         self._retry: dict[int, float] = {}  # token -> not before (its frame stays in .frames)
-        self._attempts: dict[int, int] = {}
+        self._attempts: dict[int, int] = {}  # re-sends after an ack deadline, per token
+        # 503 / 10158 / 10008 answers: re-sent until this many seconds after the first one.
+        self.transient_budget = ack_timeout * (retries + 1) if transient_budget is None else float(transient_budget)
+        self._transient_since: dict[int, float] = {}
+        self._transient_sends: dict[int, int] = {}
 
     @property
     def in_flight(self) -> int:
@@ -706,24 +726,31 @@ class FrameWindow:
                 ack = decode_pub_ack(data)
             except (DuplicateMsgIdInProcessError, JetStreamUnavailableError) as exc:
                 error = exc  # "in process", "temporarily unavailable": transient, re-send
-            except JetStreamAPIError as exc:
-                if exc.code == 503:  # any other 503 body: no leader, no quorum (transient too)
-                    error = exc
-                elif isinstance(exc, MaxMsgsPerSubjectError) and self.per_subject_dedup:
+            except MaxMsgsPerSubjectError as exc:  # (the server sends it with code 503)
+                if self.per_subject_dedup:
                     return self._stored(token, True)
-                else:
+                return self._fail(token, exc)
+            except StoreFailedError as exc:  # 10077 limits: a re-send gets the same answer
+                return self._fail(token, exc)
+            except JetStreamAPIError as exc:
+                if exc.code != 503:
                     return self._fail(token, exc)
+                error = exc  # any other 503 body: no leader, no quorum (transient too)
             except JetStreamError as exc:
                 return self._fail(token, exc)
             else:
                 return self._stored(token, ack.duplicate)
         if token in self._retry:
             return False  # already scheduled (the answer to a second copy)
-        attempts = self._attempts.get(token, 0)
-        if attempts >= self.retries:
-            return self._fail(token, error, exhausted=attempts)
-        self._attempts[token] = attempts + 1
-        self._retry[token] = now + min(5.0, self.retry_wait * (2**attempts))
+        # Transient answers are re-sent for up to transient_budget seconds from the first one
+        # (a msg id can stay "in process" on a stream leader that lost its proposal until the
+        # duplicate window purges it), not a fixed number of times.
+        first = self._transient_since.setdefault(token, now)
+        if now - first >= self.transient_budget:
+            return self._fail(token, error, exhausted=self._transient_sends.get(token, 0))
+        n = self._transient_sends.get(token, 0)
+        self._transient_sends[token] = n + 1
+        self._retry[token] = now + min(5.0, self.retry_wait * (2 ** min(n, 8)))
         return True
 
     def _stored(self, token: int, duplicate: bool | None) -> bool:

@@ -70,7 +70,7 @@ def test_batch_deadline_resends_the_same_frames_then_fails_when_out_of_attempts(
 
 
 def test_no_responders_and_in_process_are_resent_with_backoff() -> None:
-    w = FrameWindow(ack_timeout=30.0, retries=3, retry_wait=0.1)
+    w = FrameWindow(ack_timeout=30.0, retries=3, retry_wait=0.1, transient_budget=0.7)
     w.sent(range(2), frames(0, 2), 0.0)
     assert w.receive_ack(0, b"", 503, 0.0) is True
     assert w.receive_ack(0, b"", 503, 0.0) is False  # the answer to a second copy: already scheduled
@@ -82,11 +82,40 @@ def test_no_responders_and_in_process_are_resent_with_backoff() -> None:
     assert w.due(0.2) == []
     assert w.due(0.31) == [b"F0"]
     w.receive_ack(0, b"", 503, 0.3)
-    w.due(0.7)
-    assert w.failure is None
-    w.receive_ack(0, b"", 503, 0.7)  # 4th answer: 3 re-sends used up
+    assert w.due(0.7) == [b"F0"] and w.failure is None
+    w.receive_ack(0, b"", 503, 0.7)  # 0.7 s after its first 503: the budget is spent
     assert isinstance(w.failure, NoStreamResponseError) and w.failed_token == 0
     assert "(after 3 re-sends of the same frame)" in "".join(getattr(w.failure, "__notes__", [""]))
+
+
+def test_transient_answers_do_not_use_up_the_retries() -> None:
+    """A msg id "in process" for longer than `retries` answers (a stream leader that lost its
+    proposal keeps it until the duplicate window purges it) is re-sent within the time budget."""
+    w = FrameWindow(ack_timeout=1.0, retries=1, retry_wait=0.1, transient_budget=60.0)
+    w.sent([0], [b"F0"], 0.0)
+    now = 0.0
+    for _ in range(12):  # 12 answers, far more than retries=1
+        assert w.receive_ack(0, err(409, 10158, "duplicate message id is in process"), None, now) is True
+        out: list[bytes] = []
+        while not out:
+            now += 0.1
+            out = w.due(now)
+        assert out == [b"F0"] and w.failure is None
+    assert 30.0 < now < 60.0
+    w.receive_ack(0, ack(1), None, now)
+    assert (w.written, w.failure) == (1, None)
+
+
+def test_store_failures_coded_503_are_not_retried() -> None:
+    """The server sends 10077 refusals with code 503: not a transient 503."""
+    w = FrameWindow()
+    w.sent([0], [b"F0"], 0.0)
+    w.receive_ack(0, err(503, 10077, "maximum messages exceeded"), None, 0.0)
+    assert isinstance(w.failure, MaxMsgsError)
+    w = FrameWindow(per_subject_dedup=True)
+    w.sent([0], [b"F0"], 0.0)
+    w.receive_ack(0, err(503, 10077, "maximum messages per subject exceeded"), None, 0.0)
+    assert (w.written, w.duplicates, w.failure) == (1, 1, None)
 
 
 def test_temporarily_unavailable_is_resent() -> None:
@@ -148,7 +177,7 @@ def test_per_subject_refusal_is_already_written_only_in_subject_mode() -> None:
 
 
 def test_everything_after_a_reconnect_in_token_order() -> None:
-    w = FrameWindow(ack_timeout=1.0, retries=0)
+    w = FrameWindow(ack_timeout=1.0, retries=0, transient_budget=0.0)
     w.sent([5, 6], [b"F5", b"F6"], 0.0)
     w.sent([1, 2], [b"F1", b"F2"], 0.1)
     w.receive_ack(6, b"", 503, 0.2)  # retries=0: fails F6 at once
@@ -160,7 +189,16 @@ def test_everything_after_a_reconnect_in_token_order() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"max_pending": 0}, {"max_pending": True}, {"ack_timeout": 0}, {"ack_timeout": float("nan")}, {"retries": -1}, {"retry_wait": -1.0}],
+    [
+        {"max_pending": 0},
+        {"max_pending": True},
+        {"ack_timeout": 0},
+        {"ack_timeout": float("nan")},
+        {"retries": -1},
+        {"retry_wait": -1.0},
+        {"transient_budget": -1.0},
+        {"transient_budget": float("inf")},
+    ],
 )
 def test_bad_settings(kwargs: dict[str, object]) -> None:
     with pytest.raises(InvalidOptionError):

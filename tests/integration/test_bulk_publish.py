@@ -178,7 +178,10 @@ def test_cluster_stream_leader_stepdowns_mid_partition(nats_cluster: Any) -> Non
 
     cfg = NatsConfig(servers=tuple(nats_cluster.urls))
     try:
-        r = write_partition(rows(), cfg, WriteOptions(subject=subject, ack_timeout=2.0, retries=10), write_id="r3", partition_id=0)
+        # A msg id can stay "in process" on a leader that lost its proposal in a stepdown until
+        # the 120 s duplicate window purges it: transient answers are re-sent for up to
+        # ack_timeout * (retries + 1) = 155 s.
+        r = write_partition(rows(), cfg, WriteOptions(subject=subject, ack_timeout=5.0, retries=30), write_id="r3", partition_id=0)
         assert r.written == N
         assert sum(stepdowns) >= 3, stepdowns
         _check_exactly_once(admin.jetstream(timeout=10), name, N, "r3-0-")
