@@ -26,7 +26,7 @@ import itertools
 import logging
 import secrets
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Final
 
@@ -390,7 +390,8 @@ class PartitionWriter:
 
     def add(self, row: Any) -> None:
         build = self._build
-        if build is None or _key(row) is not self._key and _key(row) != self._key:
+        key = _key(row)
+        if build is None or key is not self._key and key != self._key:
             build = self._builder(row)
         batch = self._batch
         batch.append(build(row, self._index))
