@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,23 +108,32 @@ def _direct_single(rule: directget.DirectStatusRule) -> str:
     return directget.DISPOSITION_TEXT[rule.single]
 
 
+def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
+    """A Markdown table, one line per row, cells escaped."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in cells) + " |" for cells in rows]
+    return lines
+
+
 def render_direct() -> list[str]:
     """The direct-get part of the page, as lines."""
     lines = [DIRECT_INTRO, "### The status table", ""]
-    lines.append("| Code | Description prefix | Single get | Batch / multi_last | Error type | Note |")
-    lines.append("|---|---|---|---|---|---|")
-    for rule in directget.DIRECT_GET_STATUS_TABLE:
-        cells = [
-            _direct_code(rule),
-            _prefix(rule),
-            _direct_single(rule),
-            directget.DISPOSITION_TEXT[rule.batch],
-            _direct_error(rule)
-            if rule.batch is directget.Disposition.ERROR
-            else f"- (single get: {_direct_error(rule)})",
-            rule.note,
-        ]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    lines += _table(
+        ["Code", "Description prefix", "Single get", "Batch / multi_last", "Error type", "Note"],
+        (
+            [
+                _direct_code(rule),
+                _prefix(rule),
+                _direct_single(rule),
+                directget.DISPOSITION_TEXT[rule.batch],
+                _direct_error(rule)
+                if rule.batch is directget.Disposition.ERROR
+                else f"- (single get: {_direct_error(rule)})",
+                rule.note,
+            ]
+            for rule in directget.DIRECT_GET_STATUS_TABLE
+        ),
+    )
     lines += [
         "",
         "### Around the table",
@@ -156,18 +166,20 @@ def render_direct() -> list[str]:
 def render() -> str:
     """The whole page, as text."""
     lines = [INTRO, "## The status table", ""]
-    lines.append("| Code | Description prefix | Consume | Fetch / next | Error type | Note |")
-    lines.append("|---|---|---|---|---|---|")
-    for rule in pull.STATUS_TABLE:
-        cells = [
-            _code(rule),
-            _prefix(rule),
-            pull.DISPOSITION_TEXT[rule.consume],
-            pull.DISPOSITION_TEXT[rule.fetch],
-            _error(rule),
-            rule.note,
-        ]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    lines += _table(
+        ["Code", "Description prefix", "Consume", "Fetch / next", "Error type", "Note"],
+        (
+            [
+                _code(rule),
+                _prefix(rule),
+                pull.DISPOSITION_TEXT[rule.consume],
+                pull.DISPOSITION_TEXT[rule.fetch],
+                _error(rule),
+                rule.note,
+            ]
+            for rule in pull.STATUS_TABLE
+        ),
+    )
     lines += [
         "",
         "The error type is what the status is reported as: the error a fetch ends with, the",
