@@ -81,7 +81,7 @@ def check_script(replies: list[tuple[Headers, int | None, str | None, bytes]], o
                 pass
         was_done = machine.done
         now += 0.01
-        machine.receive_msg(headers, payload, status, description, now)
+        machine.receive(headers, payload, status, description, now)
         if status is not None and DG.classify_direct_status(status, description).batch is DG.Disposition.END_OF_BATCH:
             eobs += 1
         new = machine.drain_events()

@@ -49,16 +49,21 @@ from .errors import (
     BadRequestError,
     BatchGapError,
     BatchGetUnsupportedError,
+    ConnectionLostError,
     DirectGetNoRespondersError,
     InvalidOptionError,
     JetStreamAPIError,
     JetStreamError,
+    LocalProtocolError,
+    MaxPayloadError,
     MsgNotFoundError,
     NatsError,
     TimeoutError,
     TooManySubjectsError,
 )
 from .headers import Headers
+from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Stop
+from .protocol import MsgReceived
 from .jsapi import _check_seq, _DirectGetRequest, check_filter_subject, stored_msg_from_direct
 from .models import StoredMsg, encode
 
@@ -501,15 +506,46 @@ class DirectGetBatch:
             "timeout",
         )
 
-    def stop(self, now: float) -> None:
-        """The caller gave up (closed the iterator): finish without an error."""
-        if not self.done:
-            self._finish(None, "stopped")
+    @property
+    def finished(self) -> bool:
+        return self.done
 
-    def receive_msg(
+    def check_request_size(self, max_payload: int) -> None:
+        """Refuse (:class:`MaxPayloadError`) a first request larger than ``max_payload`` (a
+        long multi_last subject list), before anything is sent."""
+        for e in self._events:
+            if isinstance(e, DirectGetRequested) and len(e.body) > max_payload:
+                raise MaxPayloadError(f"direct get request of {len(e.body)} bytes > max_payload {max_payload}")
+
+    def handle(self, command: object, now: float) -> None:
+        """:class:`~jscore.machine.Stop` (the caller gave up: finish without an error), or a
+        connection change: a lost or closed connection ends the call with the error (its
+        replies went with the connection); a restored one changes nothing."""
+        if self.done:
+            return
+        if isinstance(command, Stop):
+            self._finish(None, "stopped")
+        elif isinstance(command, ConnectionClosed) and isinstance(command.error, NatsError):
+            self._finish(command.error, "connection closed")
+        elif isinstance(command, (ConnectionLost, ConnectionClosed)):
+            err = ConnectionLostError("the connection was lost during the direct get (its replies with it)")
+            err.__cause__ = command.error
+            self._finish(err, "connection lost")
+        elif not isinstance(command, ConnectionRestored):
+            raise LocalProtocolError(f"unknown command {command!r}")
+
+    def stop(self, now: float) -> None:
+        """Shorthand for ``handle(Stop(), now)``."""
+        self.handle(Stop(), now)
+
+    def receive_msg(self, msg: MsgReceived, now: float) -> None:
+        """Feed one message of the inbox. Never raises for what the server sent."""
+        self.receive(msg.headers, msg.data, msg.status, msg.description, now)
+
+    def receive(
         self, headers: Headers | None, data: bytes, status: int | None, description: str | None, now: float
     ) -> None:
-        """Feed one message of the inbox. Never raises for what the server sent."""
+        """:meth:`receive_msg` with the message's parts."""
         if self.done:
             return  # late (after a timeout or stop): not delivered
         if status is not None:

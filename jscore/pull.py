@@ -63,6 +63,7 @@ from .errors import (
 from .headers import Headers
 from .jsapi import check_consumer_name, check_group_name, check_stream_name
 from .protocol import MsgReceived
+from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Stop
 
 __all__ = [
     # wire
@@ -111,6 +112,7 @@ __all__ = [
     "PinIdCleared",
     "FetchFinished",
     "ConsumeTerminated",
+    "ConsumerReconnected",
     "ConsumerCheckRequested",
     "PullEvent",
     # machines
@@ -672,33 +674,10 @@ def resolve_fetch_options(
 # ============================================================================ commands
 
 
-class Stop(msgspec.Struct, frozen=True, kw_only=True):
-    """End now: nothing is delivered after this (the transport drops its local queue)."""
-
-
 class Drain(msgspec.Struct, frozen=True, kw_only=True):
     """Consume: send no more pulls, keep delivering what arrives, end once the local buffer
     is empty (``MessagesTaken`` brings it to 0). The transport should unsubscribe the inbox so
     that only messages already in flight arrive. A fetch treats it as :class:`Stop`."""
-
-
-class ConnectionLost(msgspec.Struct, frozen=True, kw_only=True):
-    """The connection dropped (it may come back). Consume pauses (no pull, no heartbeat
-    watchdog); a fetch ends with :class:`ConnectionLostError`."""
-
-    error: Exception | None = None
-
-
-class ConnectionRestored(msgspec.Struct, frozen=True, kw_only=True):
-    """The connection is back and the inbox is subscribed again. Consume resets pending,
-    sends a fresh full pull and re-arms the watchdog. (Checking that the consumer still exists
-    is the transport's optional job, ADR-37.)"""
-
-
-class ConnectionClosed(msgspec.Struct, frozen=True, kw_only=True):
-    """The connection is closed for good: the machine ends with ``error``."""
-
-    error: Exception | None = None
 
 
 class MessagesTaken(msgspec.Struct, frozen=True, kw_only=True):
@@ -795,6 +774,13 @@ class ConsumeTerminated(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
+class ConsumerReconnected(msgspec.Struct, frozen=True):
+    """Consume: the connection came back (to ``url``); pending was reset and a fresh full
+    pull sent."""
+
+    url: str
+
+
 class ConsumerCheckRequested(msgspec.Struct, frozen=True, kw_only=True):
     """Consume with ``no_responders_check``: K (more) 503s in a row. The transport asks the
     server whether the consumer still exists and answers :class:`ConsumerGone` if not; the
@@ -813,6 +799,7 @@ PullEvent = Union[
     PinIdCleared,
     FetchFinished,
     ConsumeTerminated,
+    ConsumerReconnected,
     ConsumerCheckRequested,
 ]
 
@@ -1192,8 +1179,10 @@ class ConsumeMachine(_Machine):
                             self._terminate(None, "drained")
                 case ConnectionLost():
                     self.connected = False
-                case ConnectionRestored():
+                case ConnectionRestored(url=url):
                     self.connected = True
+                    if self.state is not _FINISHED:
+                        self._events.append(ConsumerReconnected(url))
                     if self.state is _RUNNING:
                         # The server may have lost our pulls with the connection: start over.
                         self.pending_messages = self.pending_bytes = 0

@@ -92,7 +92,7 @@ class BulkPublisher:
                 raise ConnectionClosedError("the connection is closed; nothing was published")
             prefix = self._conn.new_inbox() + "."
             sub = _AckInbox(client, prefix + "*", self)
-            sub.sid = self._conn.subscribe(prefix + "*")
+            sub.sid = client._session.subscribe(prefix + "*", None, None, sub._deliver, client._ender(sub))
             client._subs[sub.sid] = sub
             client._listeners.append(self._on_event)
             client._wake_locked()
@@ -103,7 +103,7 @@ class BulkPublisher:
 
     # ------------------------------------------------------------------ I/O thread
 
-    def _on_ack(self, m: MsgReceived) -> None:
+    def _on_ack(self, m: MsgReceived, now: float = 0.0) -> None:
         """I/O thread, client lock held."""
         try:
             token = int(m.subject[self._plen :])

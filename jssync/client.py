@@ -20,10 +20,10 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol, Union
+from typing import TYPE_CHECKING, Any, Final, Union
 
 from jscore import events as ev
-from jscore.connection import ConnectOptions, Connection, State
+from jscore.connection import ConnectOptions, State
 from jscore.errors import (
     ClientForkedError,
     ConnectionClosedError,
@@ -34,6 +34,7 @@ from jscore.errors import (
 )
 from jscore.headers import HeadersInput
 from jscore.protocol import MsgReceived, _pub_cache
+from jscore.session import Session, Sink
 
 from .events import CallbackError, SlowConsumer
 from .msg import Msg
@@ -41,7 +42,7 @@ from .msg import Msg
 if TYPE_CHECKING:
     from .jetstream import JetStream
 
-__all__ = ["Client", "Subscription", "connect"]
+__all__ = ["Client", "Shell", "Subscription", "connect", "shell_of"]
 
 EventCallback = Callable[[Any], None]
 
@@ -63,17 +64,6 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-class Driven(Protocol):
-    """A core machine the client drives besides the connection (a fetch or a consume). Every
-    method is called under the client lock, on the I/O thread; none may block."""
-
-    def _deadline(self) -> float | None: ...
-
-    def _fire(self, now: float) -> None: ...
-
-    def _connection_changed(self, event: Any, now: float) -> None: ...
 
 
 class _Stop:
@@ -115,7 +105,7 @@ class Subscription:
 
     # -- fed by the I/O thread (under the client lock) -------------------------------------
 
-    def _deliver(self, m: MsgReceived) -> None:
+    def _deliver(self, m: MsgReceived, now: float) -> None:
         q = self._q
         if q.qsize() >= self._limit:
             self._dropped += 1
@@ -273,7 +263,8 @@ class Client:
             ignore_discovered_servers=ignore_discovered_servers,
             inbox_prefix=inbox_prefix,
         )
-        self._conn = Connection(self.options, rng=rng or random.Random(os.urandom(16)))
+        self._session = Session(self.options, rng=rng or random.Random(os.urandom(16)))
+        self._conn = self._session.conn
         self._pending_limit = pending_msgs_limit
         self._on_event = on_event
         # Internal observers of the same events (jssync.publish re-sends async publishes after a
@@ -305,9 +296,7 @@ class Client:
         self._deferred = False  # acks queued without waking the I/O thread (_publish_to_reply)
         self._rbuf = bytearray(_READ_SIZE)  # the I/O thread's read buffer (see _read)
         self._rview = memoryview(self._rbuf)
-        # Core machines driven alongside the connection (pull consumers): their timers fire on
-        # the I/O thread, and they hear of disconnects and reconnects, all under the lock.
-        self._driven: list[Driven] = []
+        self._shell = Shell(self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -317,7 +306,7 @@ class Client:
             self._events_thread = threading.Thread(target=self._run_events, name="jssync-events", daemon=True)
             self._events_thread.start()
         with self._lock:
-            self._conn.start(_monotonic())
+            self._session.start(_monotonic())
         self._io_thread = threading.Thread(target=self._io_main, name="jssync-io", daemon=True)
         self._io_thread.start()
         attempts = len(self.options.servers)
@@ -383,7 +372,7 @@ class Client:
         subs = list(self._subs.values())
         with self._lock:
             for sub in subs:
-                self._conn.unsubscribe(sub.sid)
+                self._conn.unsubscribe(sub.sid)  # (the messages in flight still arrive)
         try:
             self.flush(timeout=max(0.01, deadline - _monotonic()))
         except (TimeoutError, ConnectionClosedError):
@@ -395,6 +384,7 @@ class Client:
                 sub._idle.wait(max(0.0, deadline - _monotonic()))
             with self._lock:
                 self._subs.pop(sub.sid, None)
+                self._session.forget(sub.sid)
                 sub._end(None)
             # _idle can be set for a moment while a last message is being handed over; the
             # callback thread ends only after everything queued before the stop was handled.
@@ -609,7 +599,7 @@ class Client:
         self._check_fork()
         sub = Subscription(self, subject, queue, callback, pending_msgs_limit or self._pending_limit)
         with self._lock:
-            sid = self._conn.subscribe(subject, queue, max_msgs)
+            sid = self._session.subscribe(subject, queue, max_msgs, sub._deliver, self._ender(sub))
             sub.sid = sid
             self._subs[sid] = sub
             self._wake_locked()
@@ -618,15 +608,19 @@ class Client:
             sub._thread.start()
         return sub
 
+    def _ender(self, sub: Subscription) -> Callable[[BaseException | None], None]:
+        """What the session calls when ``sub`` ends (under the lock)."""
+
+        def ended(error: BaseException | None) -> None:
+            self._subs.pop(sub.sid, None)
+            sub._end(error)
+
+        return ended
+
     def _unsubscribe(self, sub: Subscription, max_msgs: int | None) -> None:
         self._check_fork()
         with self._lock:
-            if self._conn.is_closed:
-                return
-            self._conn.unsubscribe(sub.sid, max_msgs)
-            if not self._conn.has_subscription(sub.sid):
-                self._subs.pop(sub.sid, None)
-                sub._end(None)
+            self._session.unsubscribe(sub.sid, max_msgs)
             self._wake_locked()
 
     def _drain_subscription(self, sub: Subscription, timeout: float) -> None:
@@ -638,6 +632,7 @@ class Client:
         self.flush(timeout=timeout)
         with self._lock:
             self._subs.pop(sub.sid, None)
+            self._session.forget(sub.sid)
             sub._end(None)
         if sub._thread is not None and sub._thread is not threading.current_thread():
             sub._thread.join(max(0.0, deadline - _monotonic()))
@@ -669,16 +664,6 @@ class Client:
                 _log.exception("jssync: on_event handler raised on %s", type(item).__name__)
 
     # ------------------------------------------------------------------ the I/O thread
-
-    def _attach_locked(self, d: Driven) -> None:
-        """Under the lock: drive ``d``'s timers from the I/O thread from now on."""
-        if d not in self._driven:
-            self._driven.append(d)
-        self._wake_locked()  # its deadline may be earlier than the one the I/O thread sleeps to
-
-    def _detach_locked(self, d: Driven) -> None:
-        with contextlib.suppress(ValueError):
-            self._driven.remove(d)
 
     def _kick_locked(self) -> None:
         """Under the lock, for a caller about to wait for a reply: get what the core queued onto
@@ -781,6 +766,7 @@ class Client:
 
     def _io_loop(self) -> None:
         conn = self._conn
+        session = self._session
         lock = self._lock
         wake_r = self._wake_r
         wbuf = bytearray()
@@ -792,13 +778,7 @@ class Client:
                 if self._spill:
                     wbuf += self._spill  # a caller's unwritten request: older than what follows
                     self._spill.clear()
-                now = _monotonic()
-                conn.handle_timeout(now)
-                if self._driven:
-                    for d in tuple(self._driven):
-                        due = d._deadline()
-                        if due is not None and due <= now:
-                            d._fire(now)
+                session.handle_timeout(_monotonic())
                 self._route_events(directives, notices)
                 data = conn.data_to_send()
                 if data and (wbuf or directives):
@@ -825,7 +805,7 @@ class Client:
             elif wbuf and sock is not None and not self._write(sock, wbuf):
                 continue
             with lock:
-                if conn.has_work:
+                if session.has_work:
                     continue  # more output or events arrived while we were writing
                 self._wbuf_len = len(wbuf)
                 if self._room_waiters and conn.out_bytes + len(wbuf) <= _LOW_WATER:
@@ -833,11 +813,7 @@ class Client:
                 # From here on, a thread that queues output must wake us (unless we are
                 # only waiting for the socket to take what is already buffered).
                 self._io_idle = True
-                deadline = conn.next_deadline()
-                for d in self._driven:
-                    due = d._deadline()
-                    if due is not None and (deadline is None or due < deadline):
-                        deadline = due
+                deadline = session.next_deadline()
             timeout = None if deadline is None else max(0.0, deadline - _monotonic())
             rlist: list[Any] = [wake_r]
             if sock is not None:
@@ -856,20 +832,16 @@ class Client:
                 self._read(sock, wbuf)
 
     def _route_events(self, directives: list[Any], notices: list[Any]) -> None:
-        """Under the lock: pop every core event and hand it to its consumer."""
-        conn = self._conn
-        subs = self._subs
+        """Under the lock: pop every session event and hand it to its consumer. (Messages and
+        subscription ends were routed by the session already, as were the sub-machines'
+        events.)"""
+        session = self._session
         while True:
-            e = conn.next_event()
+            e = session.next_event()
             if e is None:
                 return
             cls = e.__class__
-            if cls is MsgReceived:
-                assert isinstance(e, MsgReceived)
-                sub = subs.get(e.sid)
-                if sub is not None:
-                    sub._deliver(e)
-            elif cls is ev.ReplyReceived:
+            if cls is ev.ReplyReceived:
                 assert isinstance(e, ev.ReplyReceived)
                 w = self._requests.pop(e.token, None)
                 if w is not None:
@@ -879,18 +851,9 @@ class Client:
                 f = self._flushes.pop(e.token, None)
                 if f is not None:
                     f.put(True)
-            elif cls is ev.SubscriptionEnded:
-                assert isinstance(e, ev.SubscriptionEnded)
-                ended = subs.pop(e.sid, None)
-                if ended is not None:
-                    ended._end(e.error)
             elif cls in (ev.ConnectRequested, ev.TlsUpgradeRequested, ev.CloseRequested):
                 directives.append(e)
             else:
-                if self._driven and (cls is ev.Disconnected or cls is ev.Reconnected or cls is ev.Closed):
-                    now = _monotonic()
-                    for d in tuple(self._driven):
-                        d._connection_changed(e, now)
                 if cls is ev.Connected:
                     self._first.set()
                 elif cls is ev.Closed:
@@ -905,13 +868,13 @@ class Client:
                 new_sock = self._dial(d)
             except Exception as exc:  # noqa: BLE001 - reported to the core, typed there
                 with self._lock:
-                    conn.connection_lost(_monotonic(), _as_error(exc))
+                    self._session.connection_lost(_monotonic(), _as_error(exc))
                 return
             self._sock = new_sock
             wbuf.clear()
             with self._lock:
                 self._spill.clear()
-                conn.connection_made(_monotonic())
+                self._session.connection_made(_monotonic())
         elif isinstance(d, ev.TlsUpgradeRequested):
             plain = self._sock
             try:
@@ -924,11 +887,11 @@ class Client:
             except Exception as exc:  # noqa: BLE001
                 self._close_socket()
                 with self._lock:
-                    conn.connection_lost(_monotonic(), _as_error(exc))
+                    self._session.connection_lost(_monotonic(), _as_error(exc))
                 return
             self._sock = tls_sock
             with self._lock:
-                conn.tls_established(_monotonic())
+                self._session.tls_established(_monotonic())
         elif isinstance(d, ev.CloseRequested):
             with self._lock:
                 data = conn.data_to_send()
@@ -949,7 +912,7 @@ class Client:
             self._close_socket()
             with self._lock:
                 if conn.state is State.CLOSING:  # else the loss was already reported
-                    conn.connection_lost(_monotonic(), d.error)
+                    self._session.connection_lost(_monotonic(), d.error)
 
     def _dial(self, d: ev.ConnectRequested) -> socket.socket:
         addr = d.server
@@ -1018,10 +981,11 @@ class Client:
         except OSError as exc:
             error = exc
         if chunks:
+            session = self._session
             with self._lock:
                 now = _monotonic()
                 for c in chunks:
-                    conn.receive_data(c, now)
+                    session.receive_data(c, now)
         if eof or error is not None:
             self._lost(error or ConnectionResetError("the server closed the connection"), wbuf)
 
@@ -1034,10 +998,117 @@ class Client:
                 # A CloseRequested is queued for this transport (e.g. a fatal -ERR and the EOF
                 # came in one read): its handler reports the loss, exactly once.
                 return
-            self._conn.connection_lost(_monotonic(), _as_error(exc))
+            self._session.connection_lost(_monotonic(), _as_error(exc))
 
     def __repr__(self) -> str:
         return f"<jssync.Client {self._conn.state.value} {self.connected_url or ''}>"
+
+
+class Shell:
+    """The internal interface between jssync's modules and a client: its core session, its
+    lock and the I/O thread. Not public API. Methods ending in ``_locked`` need the lock held
+    (``with shell.lock:``); the others take it themselves.
+
+    Operations that run a core sub-machine (fetch, consume, direct get, publish windows)
+    attach it to the session with :meth:`attach_locked` and give it commands with
+    :meth:`command_locked`; the I/O thread drives its timers and feeds it its messages.
+    """
+
+    __slots__ = ("_client", "lock", "session")
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self.lock = client._lock
+        self.session = client._session
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    def check_fork(self) -> None:
+        self._client._check_fork()
+
+    @property
+    def forked(self) -> bool:
+        return self._client._fork_gen != _fork_generation
+
+    # -- sub-machines ---------------------------------------------------------------------
+
+    def attach_locked(self, machine: Any, sink: Sink, *, inbox: bool = True, target: str | None = None) -> int:
+        """Run ``machine`` on the session (its events go to ``sink``, on the I/O thread or the
+        calling thread, under the lock) and get what it queued onto the wire."""
+        session = self.session
+        before = session.next_deadline()
+        slot = session.attach(machine, sink, _monotonic(), inbox=inbox, target=target)
+        self._client._kick_locked()
+        self._earlier(before)
+        return slot
+
+    def command_locked(self, slot: int, command: Any, *, kick: bool = False) -> None:
+        """Give a running sub-machine ``command``; wake the I/O thread (or, with ``kick``,
+        write what it queued from this thread when the I/O thread is idle)."""
+        session = self.session
+        before = session.next_deadline()
+        session.command(slot, command, _monotonic())
+        if kick:
+            self._client._kick_locked()
+            self._earlier(before)
+        else:
+            self._client._wake_locked()
+
+    def _earlier(self, before: float | None) -> None:
+        """Wake the I/O thread if the session's next deadline moved before ``before`` (the one
+        it may be sleeping to)."""
+        due = self.session.next_deadline()
+        if due is not None and (before is None or due < before):
+            self._client._wake_locked()
+
+    # -- output -----------------------------------------------------------------------------
+
+    def kick_locked(self) -> None:
+        """Get what the session queued onto the wire now (see ``Client._kick_locked``)."""
+        self._client._kick_locked()
+
+    def wake_locked(self) -> None:
+        """Make the I/O thread look at the session (new output, an earlier deadline)."""
+        self._client._wake_locked()
+
+    def publish_to_reply(self, subject: str, payload: bytes, defer: bool = False) -> None:
+        """Publish to a reply subject the server gave us (an ack subject)."""
+        self._client._publish_to_reply(subject, payload, defer)
+
+    @property
+    def has_deferred(self) -> bool:
+        """Acks were queued without waking the I/O thread (see :meth:`publish_to_reply`)."""
+        return self._client._deferred
+
+    def clear_deferred_locked(self) -> None:
+        self._client._deferred = False
+
+    def flush_deferred_locked(self) -> None:
+        self._client._flush_deferred_locked()
+
+    @property
+    def backlog(self) -> int:
+        """Bytes queued for the socket and not yet written."""
+        return self._client._conn.out_bytes + self._client._wbuf_len
+
+    def wait_for_room_locked(self) -> None:
+        """Block (with a timeout) while the socket is not draining the output."""
+        self._client._wait_for_room()
+
+    @property
+    def io_idle(self) -> bool:
+        return self._client._io_idle
+
+    def emit(self, event: Any) -> None:
+        """Hand a notification to the client's ``on_event`` handler."""
+        self._client._emit(event)
+
+
+def shell_of(client: Client) -> Shell:
+    """The internal interface of ``client`` for jssync's modules."""
+    return client._shell
 
 
 def _as_error(exc: BaseException) -> Exception:

@@ -207,7 +207,7 @@ class _AckSubscription(Subscription):
         self._publisher = publisher
         self._deliver = publisher._on_ack  # type: ignore[method-assign]  # (one call less per ack)
 
-    def _deliver(self, m: MsgReceived) -> None:
+    def _deliver(self, m: MsgReceived, now: float) -> None:
         self._publisher._on_ack(m)
 
     def _end(self, error: BaseException | None) -> None:
@@ -558,7 +558,7 @@ class Publisher:
         conn = self._conn
         prefix = conn.new_inbox() + "."
         sub = _AckSubscription(nc, prefix + "*", self)
-        sub.sid = conn.subscribe(prefix + "*")
+        sub.sid = nc._session.subscribe(prefix + "*", None, None, sub._deliver, nc._ender(sub))
         nc._subs[sub.sid] = sub
         self._sub = sub
         self._prefix_b = prefix.encode()
@@ -581,7 +581,7 @@ class Publisher:
         self._worker = t
         t.start()
 
-    def _on_ack(self, m: MsgReceived) -> None:
+    def _on_ack(self, m: MsgReceived, now: float = 0.0) -> None:
         """I/O thread, client lock held: one message on the PubAck inbox."""
         token = m.subject[self._plen :]
         if token[0] == "s":  # a synchronous publish (a "*" token is never empty)

@@ -3,14 +3,14 @@
 The decisions live in :mod:`jscore.pull` (the fetch and consume machines, the status table).
 This module only drives them:
 
-- Each operation has an inbox subscription whose messages go straight into its machine on the
-  I/O thread, under the client lock (no queue, no thread in between). The machine's timers
-  (client timer, heartbeat watchdog, held pulls) are fired by the I/O thread too
-  (:class:`~jssync.client.Driven`), and it hears of disconnects and reconnects there.
-- The machine's events are acted on at once, still under the lock: pulls and flow-control
-  replies are queued on the connection; delivered messages and notifications go to one
-  queue per operation, read by the caller (fetch, next, messages) or by a dispatcher thread
-  (consume). User code never runs on the I/O thread or under the lock.
+- Each operation's machine is attached to the client's core session, which subscribes its
+  inbox, feeds it its messages on the I/O thread under the client lock (no queue, no thread in
+  between), fires its timers (client timer, heartbeat watchdog, held pulls), tells it about
+  disconnects and reconnects, and writes the pulls and flow-control replies it asks for.
+- The machine's other events come to the operation's sink, still under the lock: delivered
+  messages and notifications go to one queue per operation, read by the caller (fetch, next,
+  messages) or by a dispatcher thread (consume). User code never runs on the I/O thread or
+  under the lock.
 - A consume's dispatcher reports the messages it took (``MessagesTaken``) in small batches,
   which is what lets the machine keep ``pending + buffered`` under max_messages / max_bytes:
   memory stays flat however slow the handler.
@@ -38,9 +38,9 @@ from jscore.errors import (
     StreamNotFoundError,
     TimeoutError,
 )
-from jscore.protocol import MsgReceived
+from jscore.machine import MachineFailed
 
-from .client import Subscription
+from .client import shell_of
 from .events import CallbackError
 from .msg import JsMsg, _ack_defer
 
@@ -70,162 +70,59 @@ class _End:
         self.reason = reason
 
 
-class ConsumerReconnected(msgspec.Struct, frozen=True):
-    """Notification: the connection came back (to ``url``); the consume sent a fresh pull."""
-
-    url: str
-
-
-class _Inbox(Subscription):
-    """The inbox subscription of one pull operation: messages feed its driver directly."""
-
-    def __init__(self, client: Client, subject: str, driver: _Driver) -> None:
-        super().__init__(client, subject, None, None, 1)
-        self._driver = driver
-        self._deliver = driver._on_msg  # type: ignore[method-assign]  # (one call less per message)
-
-    def _deliver(self, m: MsgReceived) -> None:
-        self._driver._on_msg(m)
-
-    def _end(self, error: BaseException | None) -> None:
-        self._driver._on_inbox_end(error)
+ConsumerReconnected = P.ConsumerReconnected  # (a notification of consume and messages())
 
 
 class _Driver:
-    """Drives one pull machine for the client (the :class:`~jssync.client.Driven` protocol).
-    Every method but :meth:`_start` runs under the client lock."""
+    """One pull operation on the client: its machine runs on the client's core session (which
+    feeds it its inbox, fires its timers and writes its pulls, on the I/O thread); this is the
+    sink of its events. Every method but :meth:`_start` runs under the client lock."""
 
     def __init__(self, consumer: Consumer, machine: P.FetchMachine | P.ConsumeMachine) -> None:
         js = consumer.jetstream
         self._consumer = consumer
         self._client: Client = js.client
-        self._conn = self._client._conn
+        self._shell = shell_of(self._client)
         self._machine = machine
         self._pull_subject = P.pull_subject(js.api_prefix, consumer.stream_name, consumer.name)
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._inbox = ""
-        self._sid = 0
+        self._slot = 0
         self._done = False
         self.error: BaseException | None = None
 
     def _start(self) -> None:
-        client = self._client
-        client._check_fork()
-        with client._lock:
-            self._inbox = self._conn.new_inbox()
-            sub = _Inbox(client, self._inbox, self)
-            self._sid = sub.sid = self._conn.subscribe(self._inbox)
-            client._subs[self._sid] = sub
-            client._attach_locked(self)
-            self._pump(_monotonic())
-            client._kick_locked()
+        shell = self._shell
+        shell.check_fork()
+        with shell.lock:
+            self._slot = shell.attach_locked(self._machine, self._on_event, target=self._pull_subject)
 
-    # -- the Driven protocol (I/O thread, under the lock) --------------------------------
+    # -- the sink of the machine's events (under the lock) -----------------------------------
 
-    def _deadline(self) -> float | None:
-        return self._machine.next_deadline()
-
-    def _fire(self, now: float) -> None:
-        try:
-            self._machine.handle_timeout(now)
-        except Exception as exc:  # noqa: BLE001 - a broken machine ends its operation only
-            self._fail(exc)
-            return
-        self._pump(now)
-
-    def _connection_changed(self, event: Any, now: float) -> None:
-        if event.__class__ is ev.Disconnected:
-            cmd: P.PullCommand = P.ConnectionLost(error=event.error)
-        elif event.__class__ is ev.Reconnected:
-            cmd = P.ConnectionRestored()
-            self._notify(ConsumerReconnected(event.url))
+    def _on_event(self, e: Any) -> None:
+        cls = e.__class__
+        if cls is P.MessageDelivered:
+            self._q.put(JsMsg._from_event(e.msg, self._client))
+        elif cls is P.FetchFinished or cls is P.ConsumeTerminated:
+            self._finish(e.error, e.reason)
+        elif cls is MachineFailed:
+            _log.error("jssync: pull machine failed (%s)", e.reason, exc_info=e.error)
+            self._finish(e.error, e.reason)
         else:
-            # Always a ConnectionClosedError (TESTPLAN 44); why it closed (no servers left,
-            # auth ...) is its cause.
-            err = ConnectionClosedError(
-                "the connection was closed" + (f": {event.error}" if event.error is not None else "")
-            )
-            err.__cause__ = event.error
-            cmd = P.ConnectionClosed(error=err)
-        self._command(cmd, now)
-
-    # -- inbox ----------------------------------------------------------------------------
-
-    def _on_msg(self, m: MsgReceived) -> None:
-        now = _monotonic()
-        try:
-            self._machine.receive_msg(m, now)
-        except Exception as exc:  # noqa: BLE001
-            self._fail(exc)
-            return
-        self._pump(now)
-
-    def _on_inbox_end(self, error: BaseException | None) -> None:
-        if not self._done:
-            err = error if isinstance(error, Exception) else ConnectionClosedError("the connection was closed")
-            self._command(P.ConnectionClosed(error=err), _monotonic())
-
-    # -- helpers (under the lock) -----------------------------------------------------------
-
-    def _command(self, cmd: P.PullCommand, now: float) -> None:
-        if self._done:
-            return
-        try:
-            self._machine.handle(cmd, now)
-        except Exception as exc:  # noqa: BLE001
-            self._fail(exc)
-            return
-        self._pump(now)
-
-    def _pump(self, now: float) -> None:
-        """Act on every event the machine queued."""
-        q = self._q
-        client = self._client
-        for e in self._machine.drain_events():
-            cls = e.__class__
-            if cls is P.MessageDelivered:
-                q.put(JsMsg._from_event(e.msg, client))  # type: ignore[union-attr]
-            elif cls is P.PullRequested:
-                try:
-                    self._conn.publish(self._pull_subject, e.body, self._inbox)  # type: ignore[union-attr]
-                except NatsError as exc:  # buffer full while disconnected, closed ...
-                    self._fail(exc)
-                    return
-            elif cls is P.FlowControlReplyRequested:
-                try:
-                    self._conn.publish(e.reply, b"")  # type: ignore[union-attr]
-                except NatsError:
-                    pass  # the server asks again
-            elif cls is P.FetchFinished or cls is P.ConsumeTerminated:
-                self._finish(e.error, e.reason)  # type: ignore[union-attr]
-            else:
-                self._on_notification(e)
+            self._on_notification(e)
 
     def _on_notification(self, e: Any) -> None:
-        self._notify(e)
-
-    def _notify(self, e: Any) -> None:
         self._q.put(e)
 
-    def _fail(self, exc: BaseException) -> None:
-        _log.exception("jssync: pull machine failed", exc_info=exc)
-        self._finish(exc, "internal error")
+    def _command(self, cmd: Any) -> None:
+        if not self._done:
+            self._shell.command_locked(self._slot, cmd)
 
     def _finish(self, error: BaseException | None, reason: str) -> None:
         if self._done:
             return
         self._done = True
         self.error = error
-        client = self._client
-        client._detach_locked(self)
-        sub = client._subs.pop(self._sid, None)
-        if sub is not None and not self._conn.is_closed:
-            try:
-                self._conn.unsubscribe(self._sid)
-            except NatsError:
-                pass
         self._q.put(_End(error, reason))
-        client._wake_locked()
 
 
 # ====================================================================================== fetch
@@ -267,8 +164,8 @@ class FetchResult:
         self.error = error
         self.reason = reason
         d = self._driver
-        with d._client._lock:
-            d._command(P.Stop(), _monotonic())
+        with d._shell.lock:
+            d._command(P.Stop())
 
     def messages(self) -> list[JsMsg]:
         """Wait for the end and return every message."""
@@ -290,6 +187,7 @@ class FetchResult:
 
 class _FetchDriver(_Driver):
     def _on_notification(self, e: Any) -> None:
+        # (a fetch's queue takes messages and its end only)
         cls = e.__class__
         if cls is P.PinIdChanged:
             self._consumer._pins[self._group] = e.pin_id
@@ -373,7 +271,7 @@ class _ConsumeDriver(_Driver):
                 threading.Thread(target=self._verify, args=(e.error,), name="jssync-consume-check",
                                  daemon=True).start()
             return
-        self._notify(e)
+        self._q.put(e)
 
     def _verify(self, cause: BaseException) -> None:
         """Off the I/O thread: does the consumer still exist? (ADR-37 allows the check.)"""
@@ -385,47 +283,36 @@ class _ConsumeDriver(_Driver):
             gone.__cause__ = cause
         except NatsError:
             pass  # JetStream unreachable or electing: keep retrying
-        client = self._client
-        with client._lock:
+        shell = self._shell
+        with shell.lock:
             self._checking = False
             if gone is not None:
-                self._command(P.ConsumerGone(error=gone), _monotonic())
-                client._wake_locked()
+                self._command(P.ConsumerGone(error=gone))
+
     def took(self, count: int, size: int) -> None:
         """A reader took ``count`` messages of ``size`` bytes from the queue (any thread);
         deferred acks go out with the pull this may send."""
-        client = self._client
-        with client._lock:
-            client._deferred = False
+        shell = self._shell
+        with shell.lock:
+            shell.clear_deferred_locked()
             if not self._done:
-                self._command(P.MessagesTaken(count=count, size=size), _monotonic())
-            client._kick_locked()
+                shell.command_locked(self._slot, P.MessagesTaken(count=count, size=size), kick=True)
+            else:
+                shell.kick_locked()
 
     def flush_acks(self) -> None:
-        client = self._client
-        with client._lock:
-            client._flush_deferred_locked()
+        shell = self._shell
+        with shell.lock:
+            shell.flush_deferred_locked()
 
     def stop(self) -> None:
-        client = self._client
-        with client._lock:
-            self._command(P.Stop(), _monotonic())
-            client._wake_locked()
+        with self._shell.lock:
+            self._command(P.Stop())
 
     def drain(self) -> None:
-        client = self._client
-        with client._lock:
-            if self._done:
-                return
-            self._command(P.Drain(), _monotonic())
-            # Only what is in flight may still come: no more for this inbox.
-            if not self._done and self._sid in client._subs and not self._conn.is_closed:
-                try:
-                    self._conn.unsubscribe(self._sid)
-                except NatsError:
-                    pass
-                client._subs.pop(self._sid, None)
-            client._wake_locked()
+        # (the session unsubscribes the inbox: only what is in flight may still come)
+        with self._shell.lock:
+            self._command(P.Drain())
 
 
 def _consume_options(
@@ -486,7 +373,7 @@ class _Taker:
             count, size = self.count, self.size
             self.count = self.size = 0
             self._driver.took(count, size)
-        elif self._driver._client._deferred:
+        elif self._driver._shell.has_deferred:
             self._driver.flush_acks()
 
 
@@ -526,7 +413,7 @@ class ConsumeContext:
         hlock = self._handler_lock
         batch = taker._batch
         driver = self._driver
-        client = driver._client
+        shell = driver._shell
         flushed = _monotonic()
         _ack_defer.on = True  # this thread's acks go out in batches, with the take reports
         try:
@@ -558,7 +445,7 @@ class ConsumeContext:
                             self._current = None
                     # The handler's acks were queued without waking the I/O thread; they leave
                     # with the next take report, or after 2 ms at the latest.
-                    if client._deferred:
+                    if shell.has_deferred:
                         now = _monotonic()
                         if now - flushed > _ACK_DELAY:
                             driver.flush_acks()

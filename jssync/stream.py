@@ -8,23 +8,25 @@ the stream allows it, with direct get (ADR-31: any replica or mirror may answer,
 just written may not be visible yet).
 
 Batched direct gets (:meth:`Stream.direct_get_batch`, :meth:`Stream.direct_get_last_for`) return
-a :class:`DirectGetIterator`: one inbox subscription per call, the replies read on the caller's
-thread and fed to the sans-IO machine :class:`jscore.directget.DirectGetBatch`, which decides
-what is delivered, when the call ends and when it times out.
+a :class:`DirectGetIterator`: the sans-IO machine :class:`jscore.directget.DirectGetBatch` runs on
+the client's core session (one inbox per call, its replies fed to it on the I/O thread), and
+decides what is delivered, when the call ends and when it times out; the iterator only hands
+its messages to the caller.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from jscore import directget as DG
 from jscore import jsapi
-from jscore.errors import JetStreamError, MaxPayloadError, NatsError, NoRespondersError, TimeoutError
+from jscore.errors import JetStreamError, NatsError, NoRespondersError, TimeoutError
+from jscore.machine import MachineFailed, Stop
 from jscore.models import (
     ConsumerConfig,
     ConsumerInfo,
@@ -35,8 +37,10 @@ from jscore.models import (
     SuccessResponse,
 )
 
+from .client import shell_of
+
 if TYPE_CHECKING:
-    from .client import Client, Subscription
+    from .client import Client
     from .ordered import OrderedConsumer
     from .consumer import Consumer
     from .jetstream import JetStream
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["Stream", "DirectGetIterator"]
 
 _monotonic: Final = time.monotonic
+_GUARD: Final = 5.0  # seconds past a direct get's own timeout before its caller gives up
 
 
 class Stream:
@@ -272,25 +277,27 @@ class DirectGetIterator(Iterator[StoredMsg]):
     """
 
     def __init__(self, client: Client, machine: DG.DirectGetBatch) -> None:
-        self._client = client
+        self._shell = shell = shell_of(client)
         self._machine = machine
-        self._buffer: deque[StoredMsg] = deque()
-        self._sub: Subscription | None = None
+        self._q: queue.SimpleQueue[StoredMsg | None] = queue.SimpleQueue()  # None: the end
+        self._failure: BaseException | None = None
         self._raised = False
-        client._check_fork()
-        first = machine.drain_events()  # the first request, queued by the machine
-        for e in first:
-            if isinstance(e, DG.DirectGetRequested) and len(e.body) > client.max_payload:
-                # (a long multi_last list): refuse before anything, even the SUB, is sent
-                raise MaxPayloadError(f"direct get request of {len(e.body)} bytes > max_payload {client.max_payload}")
-        self._inbox = client.new_inbox()
-        self._sub = client.subscribe(self._inbox)
-        try:
-            self._pump(first)
-        except BaseException:
-            self._machine.stop(_monotonic())
-            self._release()
-            raise
+        self._ended = False
+        self._slot = 0
+        shell.check_fork()
+        machine.check_request_size(client.max_payload)  # (before anything, even the SUB, is sent)
+        with shell.lock:
+            self._slot = shell.attach_locked(machine, self._on_event)
+
+    def _on_event(self, e: Any) -> None:
+        """The sink of the machine's events (under the client lock)."""
+        if e.__class__ is DG.StoredMsgDelivered:
+            self._q.put(e.msg)
+        elif e.__class__ is MachineFailed:
+            self._failure = e.error
+            self._q.put(None)
+        elif e.__class__ is DG.DirectGetFinished:
+            self._q.put(None)
 
     # -- results --------------------------------------------------------------------------------
 
@@ -337,48 +344,40 @@ class DirectGetIterator(Iterator[StoredMsg]):
 
     def __next__(self) -> StoredMsg:
         machine = self._machine
-        while True:
-            if self._buffer:
-                return self._buffer.popleft()
-            if machine.done:
-                self._release()
-                if machine.error is not None and not self._raised:
-                    self._raised = True
-                    raise machine.error
-                raise StopIteration
-            sub = self._sub
-            assert sub is not None
-            deadline = machine.next_deadline()
-            assert deadline is not None
+        if not self._ended:
+            # The machine times the call out by itself (the I/O thread fires its deadline); the
+            # guard only covers an I/O thread that died.
             try:
-                m = sub.next_msg(timeout=max(0.0, deadline - _monotonic()))
-            except TimeoutError:
-                machine.handle_timeout(_monotonic())
-            except BaseException:  # the connection closed, the client forked ...: end the call
-                machine.stop(_monotonic())
-                self._release()
-                raise
-            else:
-                machine.receive_msg(m.headers, m.data, m.status, m.description, _monotonic())
-            self._pump()
-
-    def _pump(self, events: list[DG.DirectGetEvent] | None = None) -> None:
-        for e in self._machine.drain_events() if events is None else events:
-            if isinstance(e, DG.StoredMsgDelivered):
-                self._buffer.append(e.msg)
-            elif isinstance(e, DG.DirectGetRequested):
-                self._client.publish(e.subject, e.body, reply=self._inbox)
-            else:
-                self._release()
+                item = self._q.get(timeout=machine.timeout + _GUARD)
+            except queue.Empty:
+                self.close()
+                raise TimeoutError(f"direct get: no progress within {machine.timeout + _GUARD:g} s") from None
+            if item is not None:
+                return item
+            self._ended = True
+        error = self._failure or machine.error
+        if error is not None and not self._raised:
+            self._raised = True
+            raise error
+        raise StopIteration
 
     # -- ending early ---------------------------------------------------------------------------
 
     def close(self) -> None:
         """End the call now (if it is still going) and unsubscribe; later ``next()`` stops."""
-        self._machine.stop(_monotonic())
-        self._machine.drain_events()
-        self._buffer.clear()
-        self._release()
+        if self._shell.forked:
+            return
+        with self._shell.lock:
+            self._shell.command_locked(self._slot, Stop())
+        self._drop()
+
+    def _drop(self) -> None:
+        self._ended = True
+        while True:
+            try:
+                self._q.get_nowait()
+            except queue.Empty:
+                return
 
     def __enter__(self) -> DirectGetIterator:
         return self
@@ -386,31 +385,21 @@ class DirectGetIterator(Iterator[StoredMsg]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _release(self) -> None:
-        sub, self._sub = self._sub, None
-        if sub is not None:
-            try:
-                sub.unsubscribe()
-            except NatsError:
-                pass  # closed or forked client: nothing to undo
-
     def __del__(self) -> None:
         # An iterator dropped mid-way (``for m in it: break``). The garbage collector may run
         # this on any thread, even one holding the client lock (the I/O thread): never block on
-        # the lock here; when it is taken, unsubscribe from a short-lived thread instead.
-        sub = getattr(self, "_sub", None)
-        if sub is None:
+        # the lock here; when it is taken, stop the call from a short-lived thread instead.
+        shell = getattr(self, "_shell", None)
+        if shell is None or self._ended or self._machine.done or shell.forked:
             return
-        self._sub = None
-        lock = self._client._lock
+        lock = shell.lock
         if lock.acquire(blocking=False):
-            lock.release()
             try:
-                sub.unsubscribe()
-            except NatsError:
-                pass
+                shell.command_locked(self._slot, Stop())
+            finally:
+                lock.release()
         else:
-            closer = threading.Thread(target=_unsubscribe_quietly, args=(sub,), name="jssync-directget-close", daemon=True)
+            closer = threading.Thread(target=self.close, name="jssync-directget-close", daemon=True)
             try:
                 closer.start()
             except RuntimeError:  # interpreter shutdown: the connection goes away anyway
@@ -420,10 +409,3 @@ class DirectGetIterator(Iterator[StoredMsg]):
         m = self._machine
         state = f"done ({m.reason})" if m.done else "in progress"
         return f"<DirectGetIterator {m.delivered} received, {state}>"
-
-
-def _unsubscribe_quietly(sub: Subscription) -> None:
-    try:
-        sub.unsubscribe()
-    except NatsError:
-        pass

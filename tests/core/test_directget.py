@@ -280,7 +280,7 @@ class Run:
 
     def feed(self, headers: Headers | None, data: bytes, status: int | None, desc: str | None) -> None:
         self.now += 0.01
-        self.m.receive_msg(headers, data, status, desc, self.now)
+        self.m.receive(headers, data, status, desc, self.now)
         self.events += self.m.drain_events()
 
     def tick(self, dt: float) -> None:
@@ -672,13 +672,13 @@ def test_fuzz_harness_catches_a_machine_that_raises(monkeypatch: pytest.MonkeyPa
     def boom(self: DG.DirectGetBatch, *args: object) -> None:
         raise KeyError("not allowed")
 
-    monkeypatch.setattr(DG.DirectGetBatch, "receive_msg", boom)
+    monkeypatch.setattr(DG.DirectGetBatch, "receive", boom)
     with pytest.raises(KeyError):
         fuzz_directget.one_input((FUZZ_CORPUS / "batch_three_then_eob").read_bytes())
 
 
 def test_fuzz_harness_catches_delivery_after_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = DG.DirectGetBatch.receive_msg
+    real = DG.DirectGetBatch.receive
 
     def leaky(self: DG.DirectGetBatch, headers: Headers | None, data: bytes, status: int | None,
               description: str | None, now: float) -> None:  # fmt: skip
@@ -689,6 +689,6 @@ def test_fuzz_harness_catches_delivery_after_the_end(monkeypatch: pytest.MonkeyP
             assert late is not None
             self._events.append(DG.StoredMsgDelivered(late))
 
-    monkeypatch.setattr(DG.DirectGetBatch, "receive_msg", leaky)
+    monkeypatch.setattr(DG.DirectGetBatch, "receive", leaky)
     with pytest.raises(AssertionError):
         fuzz_directget.one_input((FUZZ_CORPUS / "late_after_eob").read_bytes())

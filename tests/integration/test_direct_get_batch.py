@@ -65,13 +65,13 @@ class Env:
 
     def fill(self, subjects: list[str], payload: Callable[[int], bytes] = lambda i: b"m%d" % i) -> list[PubAck]:
         acks = [self.js.publish(s, payload(i)) for i, s in enumerate(subjects)]
-        self.base = set(self.nc._subs)  # (the context's PubAck inbox exists from now on)
+        self.base = set(self.nc._session._routes)  # (the context's PubAck inbox exists from now on)
         return acks
 
     def inboxes(self) -> set[int]:
         """The client's subscriptions but those that existed after the last fill: the inboxes
         of direct gets still open."""
-        return set(self.nc._subs) - self.base
+        return set(self.nc._session._routes) - self.base
 
     def cleanup(self) -> None:
         for name in self.created:
@@ -409,11 +409,11 @@ def test_validation_happens_before_anything_is_sent(env: Env, call: Any, error: 
     stream, p = env.stream()
     monitor = env.nc.subscribe("$JS.API.DIRECT.GET.>")
     env.nc.flush()
-    subs = set(env.nc._subs)
+    subs = set(env.nc._session._routes)
     out = env.nc.stats["msgs_out"]
     with pytest.raises(error):
         call(stream, p)
-    assert env.nc.stats["msgs_out"] == out and set(env.nc._subs) == subs
+    assert env.nc.stats["msgs_out"] == out and set(env.nc._session._routes) == subs
     env.nc.flush()
     with pytest.raises(TimeoutError):
         monitor.next_msg(timeout=0.05)
@@ -424,12 +424,13 @@ def test_leaving_the_loop_early_unsubscribes(env: Env) -> None:
     env.fill([f"{p}.a"] * 40)
     for m in stream.direct_get_batch(batch=40):
         assert m.seq == 1
-        assert len(env.inboxes()) == 1
+        # (open until the end of batch arrives: the I/O thread may have had it all already)
+        assert len(env.inboxes()) <= 1
         break
     wait_until(lambda: not env.inboxes(), timeout=2, what="the inbox to be unsubscribed")
 
     with stream.direct_get_last_for(f"{p}.>") as it:
-        assert len(env.inboxes()) == 1
+        assert len(env.inboxes()) <= 1
     assert not env.inboxes() and it.reason in ("stopped", "eob")
     assert list(it) == []
 
@@ -448,7 +449,7 @@ def test_an_abandoned_iterator_never_blocks_a_thread_holding_the_client_lock(env
     stream, p = env.stream()
     env.fill([f"{p}.a"] * 40)
     it = stream.direct_get_batch(batch=40)
-    assert next(it).seq == 1 and len(env.inboxes()) == 1
+    assert next(it).seq == 1 and len(env.inboxes()) <= 1
     with env.nc._lock:
         del it  # a deadlock here would hang the test (and fail it on its timeout)
     wait_until(lambda: not env.inboxes(), timeout=2, what="the inbox to be unsubscribed")

@@ -1,0 +1,95 @@
+"""The protocol every sub-machine of a :class:`~jscore.session.Session` speaks.
+
+A sub-machine is one operation riding on the connection: a fetch, a consume, a batched direct
+get, a publish window, an ordered consumer. The session owns them: it feeds each the messages
+of its inbox, its commands and its timeouts, tells it about the connection, acts on the
+frames it asks to send and hands everything else it emits to the operation's sink.
+
+=============================  ==============================================================
+call                           meaning
+=============================  ==============================================================
+``receive_msg(msg, now)``      a message of the machine's inbox subscription
+``handle(command, now)``       a command: from the application (:class:`Stop`, ``Drain`` ...)
+                               or from the session (:class:`ConnectionLost`,
+                               :class:`ConnectionRestored`, :class:`ConnectionClosed`)
+``handle_timeout(now)``        fire expired timers; a spurious call is a no-op
+``next_deadline()``            the earliest armed timer, or None; pure
+``drain_events()``             every queued event, oldest first
+``finished``                   True once the machine has ended (nothing follows)
+=============================  ==============================================================
+
+The connection commands are shared by every machine so that the session can tell them all
+the same thing; each machine decides what a lost or restored connection means for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import msgspec
+
+from .protocol import MsgReceived
+
+__all__ = [
+    "ConnectionClosed",
+    "ConnectionLost",
+    "ConnectionRestored",
+    "MachineFailed",
+    "Stop",
+    "SubMachine",
+]
+
+
+class SubMachine(Protocol):
+    """What the session needs of a machine (see the table in the module docstring)."""
+
+    @property
+    def finished(self) -> bool: ...
+
+    def receive_msg(self, msg: MsgReceived, now: float) -> None: ...
+
+    def handle(self, command: Any, now: float) -> None: ...
+
+    def handle_timeout(self, now: float) -> None: ...
+
+    def next_deadline(self) -> float | None: ...
+
+    def drain_events(self) -> list[Any]: ...
+
+
+# ------------------------------------------------------------------------------ commands
+
+
+class Stop(msgspec.Struct, frozen=True, kw_only=True):
+    """End now: nothing is delivered after this (the transport drops its local queue)."""
+
+
+class ConnectionLost(msgspec.Struct, frozen=True, kw_only=True):
+    """The connection dropped (it may come back)."""
+
+    error: Exception | None = None
+
+
+class ConnectionRestored(msgspec.Struct, frozen=True, kw_only=True):
+    """The connection is back and the machine's inbox is subscribed again. ``url`` is the
+    server it is back on."""
+
+    url: str = ""
+
+
+class ConnectionClosed(msgspec.Struct, frozen=True, kw_only=True):
+    """The connection is closed for good: the machine ends with ``error``."""
+
+    error: Exception | None = None
+
+
+# ------------------------------------------------------------------------------ events
+
+
+class MachineFailed(msgspec.Struct, frozen=True, kw_only=True):
+    """Emitted by the session to a machine's sink, as its last event, when the machine could
+    not go on: it raised (a bug: it is poisoned), or a frame it asked for could not be queued
+    (the reconnect buffer is full, the connection is closed). ``error`` says why."""
+
+    error: BaseException
+    reason: str

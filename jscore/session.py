@@ -1,0 +1,449 @@
+"""The core session: one connection machine and every sub-machine riding on it.
+
+As in h2, where one connection owns its streams, a :class:`Session` owns the connection
+machine (:class:`~jscore.connection.Connection`: handshake, keep-alive, reconnect, requests,
+flushes, subscriptions) and the sub-machines of the operations running on it (fetch, consume,
+batched direct get, publish windows ...; see :mod:`jscore.machine` for the protocol they
+speak). The session
+
+- routes each incoming message to its consumer by subscription id: a sub-machine's inbox, or
+  the delivery function of a plain subscription;
+- tells every sub-machine about disconnects, reconnects and the close (the same commands for
+  all; each decides what that means for it);
+- takes application input through :meth:`handle` (and named methods for the hot paths);
+- answers one pure :meth:`next_deadline` (the connection's timers and a heap of the
+  sub-machines' deadlines) and fires them through one :meth:`handle_timeout`;
+- writes every frame a sub-machine asks for (pull requests, flow-control replies, direct-get
+  requests, publish frames), so that all bytes leave through one :meth:`data_to_send`;
+- emits the connection's events through one :meth:`next_event`, and each sub-machine's
+  events to the sink it was attached with, in order, as they happen.
+
+The shell (jssync) carries bytes, keeps time and runs user code; it decides nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+from random import Random
+from typing import Any, Final
+
+import msgspec
+
+from . import events as ev
+from .connection import ConnectOptions, Connection, State
+from .directget import DirectGetRequested
+from .errors import ConnectionClosedError, LocalProtocolError, NatsError
+from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, MachineFailed, SubMachine
+from .protocol import MsgReceived
+from .pull import Drain, FlowControlReplyRequested, PullRequested
+
+__all__ = [
+    "Attach",
+    "MachineCommand",
+    "Session",
+    "Sink",
+]
+
+Sink = Callable[[Any], None]
+Deliver = Callable[[MsgReceived, float], None]
+Ended = Callable[[BaseException | None], None]
+
+_CONNECTION_CHANGES: Final = (ev.Disconnected, ev.Reconnected, ev.Closed)
+
+
+class Attach(msgspec.Struct, frozen=True, kw_only=True):
+    """Run ``machine`` on this session; its events go to ``sink``. With ``inbox`` the session
+    subscribes a fresh inbox whose messages go to the machine; ``target`` is the subject its
+    requests (pull requests) are published to. :meth:`Session.handle` returns the slot id."""
+
+    machine: Any
+    sink: Any
+    inbox: bool = True
+    target: str | None = None
+
+
+class MachineCommand(msgspec.Struct, frozen=True, kw_only=True):
+    """Hand ``command`` to the sub-machine of slot ``slot``."""
+
+    slot: int
+    command: Any
+
+
+class _Slot:
+    """A running sub-machine and how to reach it."""
+
+    __slots__ = ("id", "machine", "sink", "sid", "inbox", "target", "deadline", "dirty")
+
+    def __init__(self, slot_id: int, machine: SubMachine, sink: Sink, target: str | None) -> None:
+        self.id = slot_id
+        self.machine = machine
+        self.sink = sink
+        self.sid = 0
+        self.inbox = ""
+        self.target = target
+        self.deadline: float | None = None
+        self.dirty = False
+
+
+class Session:
+    """The connection machine plus its sub-machines. Not thread-safe: the shell serializes
+    every call (one lock)."""
+
+    def __init__(self, options: ConnectOptions, *, rng: Random) -> None:
+        self.conn = Connection(options, rng=rng)
+        self._slots: dict[int, _Slot] = {}
+        self._routes: dict[int, Deliver] = {}  # sid -> delivery (a slot's or a subscription's)
+        self._ends: dict[int, Ended] = {}  # sid -> what to call when the subscription ends
+        self._heap: list[tuple[float, int]] = []  # (deadline, slot id); stale entries skipped
+        self._dirty: list[_Slot] = []  # slots whose deadline may have changed
+        self._events: deque[ev.Event] = deque()
+        self._next_slot = 1
+        # Frames sub-machines ask for, written by the session: event class -> writer.
+        self._writers: dict[type, Callable[[_Slot, Any], None]] = {
+            PullRequested: self._write_pull,
+            FlowControlReplyRequested: self._write_flow_control,
+            DirectGetRequested: self._write_direct_get,
+        }
+
+    # ================================================================== the core contract
+
+    def start(self, now: float) -> None:
+        self.conn.start(now)
+        self._pump(now)
+
+    def connection_made(self, now: float) -> None:
+        self.conn.connection_made(now)
+        self._pump(now)
+
+    def tls_established(self, now: float) -> None:
+        self.conn.tls_established(now)
+        self._pump(now)
+
+    def connection_lost(self, now: float, exc: Exception | None = None) -> None:
+        self.conn.connection_lost(now, exc)
+        self._pump(now)
+
+    def receive_data(self, data: bytes, now: float) -> None:
+        self.conn.receive_data(data, now)
+        self._pump(now)
+
+    def handle_timeout(self, now: float) -> None:
+        """Fire the connection's timers and every sub-machine's that are due."""
+        self.conn.handle_timeout(now)
+        self._pump(now)
+        heap = self._heap
+        slots = self._slots
+        while heap and heap[0][0] <= now:
+            due, slot_id = heapq.heappop(heap)
+            slot = slots.get(slot_id)
+            if slot is None or slot.deadline != due:
+                continue  # stale: the machine moved its deadline or ended
+            slot.deadline = None
+            self._mark(slot)
+            try:
+                slot.machine.handle_timeout(now)
+            except Exception as exc:  # noqa: BLE001 - a broken machine ends its operation only
+                self._fail(slot, exc, "internal error")
+                continue
+            self._after(slot)
+        self._refresh()
+
+    def next_deadline(self) -> float | None:
+        """The earliest timer of the connection and of every sub-machine. Pure."""
+        due = self.conn.next_deadline()
+        heap = self._heap
+        if heap:
+            top = heap[0][0]
+            if due is None or top < due:
+                return top
+        return due
+
+    def next_event(self) -> ev.Event | None:
+        return self._events.popleft() if self._events else None
+
+    def data_to_send(self) -> bytes:
+        return self.conn.data_to_send()
+
+    @property
+    def has_work(self) -> bool:
+        """Output or events are waiting for the shell."""
+        return self.conn.has_work or bool(self._events)
+
+    def handle(self, command: Any, now: float) -> Any:
+        """Dispatch an application command. Returns the slot id of an :class:`Attach`, the sid
+        of a ``Subscribe``, the token of a ``Request`` or ``Flush``, else None."""
+        match command:
+            case Attach(machine=m, sink=sink, inbox=inbox, target=target):
+                return self.attach(m, sink, now, inbox=inbox, target=target)
+            case MachineCommand(slot=slot, command=cmd):
+                self.command(slot, cmd, now)
+                return None
+            case _:
+                result = self.conn.handle(command, now)
+                self._pump(now)
+                return result
+
+    # ================================================================== sub-machines
+
+    def attach(self, machine: SubMachine, sink: Sink, now: float, *, inbox: bool = True,
+               target: str | None = None) -> int:
+        """Run ``machine`` on the session (see :class:`Attach`); returns its slot id. Events the
+        machine queued on creation (its first request) are acted on at once."""
+        slot = _Slot(self._next_slot, machine, sink, target)
+        self._next_slot += 1
+        if inbox:
+            conn = self.conn
+            slot.inbox = conn.new_inbox()
+            slot.sid = conn.subscribe(slot.inbox)
+            self._routes[slot.sid] = self._receiver(slot)
+            self._ends[slot.sid] = self._inbox_ender(slot)
+        self._slots[slot.id] = slot
+        self._after(slot)
+        self._refresh()
+        self._pump(now)
+        return slot.id
+
+    def command(self, slot_id: int, command: Any, now: float) -> None:
+        """Hand ``command`` to a sub-machine; a machine that has ended ignores it."""
+        slot = self._slots.get(slot_id)
+        if slot is None:
+            return
+        self._mark(slot)
+        try:
+            slot.machine.handle(command, now)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(slot, exc, "internal error")
+            self._refresh()
+            return
+        self._after(slot)
+        if command.__class__ is Drain and slot.id in self._slots:
+            # Draining: only what is already in flight may still arrive for this inbox.
+            self._close_inbox(slot)
+        self._refresh()
+        self._pump(now)
+
+    def running(self, slot_id: int) -> bool:
+        return slot_id in self._slots
+
+    def inbox_of(self, slot_id: int) -> str:
+        slot = self._slots.get(slot_id)
+        return "" if slot is None else slot.inbox
+
+    def _receiver(self, slot: _Slot) -> Deliver:
+        machine = slot.machine
+        after = self._after
+
+        def receive(msg: MsgReceived, now: float) -> None:
+            try:
+                machine.receive_msg(msg, now)
+            except Exception as exc:  # noqa: BLE001
+                self._fail(slot, exc, "internal error")
+                return
+            after(slot)
+
+        return receive
+
+    def _inbox_ender(self, slot: _Slot) -> Ended:
+        def ended(error: BaseException | None) -> None:
+            if slot.id in self._slots:
+                err = error if isinstance(error, Exception) else ConnectionClosedError("the connection was closed")
+                self._mark(slot)
+                try:
+                    slot.machine.handle(ConnectionClosed(error=err), 0.0)
+                except Exception as exc:  # noqa: BLE001
+                    self._fail(slot, exc, "internal error")
+                    return
+                self._after(slot)
+
+        return ended
+
+    def _after(self, slot: _Slot) -> None:
+        """Act on every event the machine queued; forget it once it has finished."""
+        machine = slot.machine
+        events = machine.drain_events()
+        if events:
+            writers = self._writers
+            sink = slot.sink
+            for e in events:
+                write = writers.get(e.__class__)
+                if write is None:
+                    sink(e)
+                else:
+                    write(slot, e)
+                    if slot.id not in self._slots:
+                        return  # the write failed and ended the machine
+        if machine.finished:
+            self._end(slot)
+        elif not slot.dirty:
+            slot.dirty = True
+            self._dirty.append(slot)
+
+    def _mark(self, slot: _Slot) -> None:
+        if not slot.dirty:
+            slot.dirty = True
+            self._dirty.append(slot)
+
+    def _refresh(self) -> None:
+        """Re-read the deadline of every machine touched since the last refresh."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        heap = self._heap
+        slots = self._slots
+        for slot in dirty:
+            slot.dirty = False
+            if slot.id not in slots:
+                continue
+            due = slot.machine.next_deadline()
+            if due != slot.deadline:
+                slot.deadline = due
+                if due is not None:
+                    heapq.heappush(heap, (due, slot.id))
+        dirty.clear()
+        # Drop stale entries from the top, so next_deadline() can peek; rebuild when most are.
+        while heap:
+            top, top_id = heap[0]
+            owner = slots.get(top_id)
+            if owner is not None and owner.deadline == top:
+                break
+            heapq.heappop(heap)
+        if len(heap) > 64 + 4 * len(slots):
+            self._heap = [(s.deadline, s.id) for s in slots.values() if s.deadline is not None]
+            heapq.heapify(self._heap)
+
+    def _fail(self, slot: _Slot, error: BaseException, reason: str) -> None:
+        if slot.id not in self._slots:
+            return
+        self._end(slot)
+        slot.sink(MachineFailed(error=error, reason=reason))
+
+    def _end(self, slot: _Slot) -> None:
+        self._slots.pop(slot.id, None)
+        slot.deadline = None
+        self._close_inbox(slot)
+
+    def _close_inbox(self, slot: _Slot) -> None:
+        sid = slot.sid
+        if not sid:
+            return
+        slot.sid = 0
+        self._routes.pop(sid, None)
+        self._ends.pop(sid, None)
+        conn = self.conn
+        if conn.state is not State.CLOSED and conn.has_subscription(sid):
+            try:
+                conn.unsubscribe(sid)
+            except NatsError:
+                pass
+
+    # -- frames sub-machines ask for
+
+    def _publish_for(self, slot: _Slot, subject: str, body: bytes, reply: str | None) -> None:
+        try:
+            self.conn.publish(subject, body, reply)
+        except NatsError as exc:  # the reconnect buffer is full, the connection closed ...
+            self._fail(slot, exc, "could not send")
+
+    def _write_pull(self, slot: _Slot, e: PullRequested) -> None:
+        if slot.target is None:
+            raise LocalProtocolError("a pull machine was attached without a target subject")
+        self._publish_for(slot, slot.target, e.body, slot.inbox)
+
+    def _write_flow_control(self, slot: _Slot, e: FlowControlReplyRequested) -> None:
+        try:
+            self.conn.publish(e.reply, b"")
+        except NatsError:
+            pass  # the server asks again
+
+    def _write_direct_get(self, slot: _Slot, e: DirectGetRequested) -> None:
+        self._publish_for(slot, e.subject, e.body, slot.inbox)
+
+    # ================================================================== plain subscriptions
+
+    def subscribe(self, subject: str, queue: str | None, max_msgs: int | None, deliver: Deliver,
+                  ended: Ended) -> int:
+        """Subscribe; every message goes to ``deliver(msg, now)`` and the end (auto-unsubscribe
+        reached, permission refused, connection closed) to ``ended(error)``."""
+        sid = self.conn.subscribe(subject, queue, max_msgs)
+        self._routes[sid] = deliver
+        self._ends[sid] = ended
+        return sid
+
+    def unsubscribe(self, sid: int, max_msgs: int | None = None) -> None:
+        """Unsubscribe now (or after ``max_msgs`` in total); an immediate end is reported to
+        the subscription's ``ended`` at once."""
+        conn = self.conn
+        if conn.state is State.CLOSED:
+            return
+        conn.unsubscribe(sid, max_msgs)
+        if not conn.has_subscription(sid):
+            self._routes.pop(sid, None)
+            end = self._ends.pop(sid, None)
+            if end is not None:
+                end(None)
+
+    def forget(self, sid: int) -> None:
+        """Stop routing ``sid`` (the shell has ended it itself)."""
+        self._routes.pop(sid, None)
+        self._ends.pop(sid, None)
+
+    def has_route(self, sid: int) -> bool:
+        return sid in self._routes
+
+    # ================================================================== routing
+
+    def _pump(self, now: float) -> None:
+        """Route every event the connection queued: messages by sid, connection changes to
+        every sub-machine; the rest goes to the shell's stream."""
+        conn = self.conn
+        routes = self._routes
+        out = self._events
+        while True:
+            e = conn.next_event()
+            if e is None:
+                break
+            cls = e.__class__
+            if cls is MsgReceived:
+                deliver = routes.get(e.sid)  # type: ignore[union-attr]
+                if deliver is not None:
+                    deliver(e, now)  # type: ignore[arg-type]
+                continue
+            if cls is ev.SubscriptionEnded:
+                assert isinstance(e, ev.SubscriptionEnded)
+                routes.pop(e.sid, None)
+                end = self._ends.pop(e.sid, None)
+                if end is not None:
+                    end(e.error)
+                continue
+            if cls in _CONNECTION_CHANGES and self._slots:
+                self._tell_all(e, now)
+            out.append(e)
+        if self._dirty:
+            self._refresh()
+
+    def _tell_all(self, e: Any, now: float) -> None:
+        cls = e.__class__
+        if cls is ev.Disconnected:
+            cmd: Any = ConnectionLost(error=e.error)
+        elif cls is ev.Reconnected:
+            cmd = ConnectionRestored(url=e.url)
+        else:
+            # Always a ConnectionClosedError; why it closed (no servers left, auth ...) is
+            # its cause.
+            err = ConnectionClosedError(
+                "the connection was closed" + (f": {e.error}" if e.error is not None else "")
+            )
+            err.__cause__ = e.error
+            cmd = ConnectionClosed(error=err)
+        for slot in tuple(self._slots.values()):
+            if slot.id not in self._slots:
+                continue
+            self._mark(slot)
+            try:
+                slot.machine.handle(cmd, now)
+            except Exception as exc:  # noqa: BLE001
+                self._fail(slot, exc, "internal error")
+                continue
+            self._after(slot)
