@@ -494,6 +494,11 @@ class Connection:
             return True
         return False
 
+    def publish_inbox(self, subject: str, payload: bytes, reply: bytes, headers: HeadersInput | None = None) -> None:
+        """:meth:`publish` with a reply subject built from an inbox prefix this machine gave
+        out (bytes): it is not validated again nor remembered in the subject cache."""
+        self._publish_checked(subject, payload, None, headers, reply)
+
     def _publish_checked(
         self,
         subject: str,

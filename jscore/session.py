@@ -37,6 +37,7 @@ from .directget import DirectGetRequested
 from .errors import ConnectionClosedError, LocalProtocolError, NatsError
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, MachineFailed, SubMachine
 from .protocol import MsgReceived
+from .pubmachines import FramesRequested, PublishRequested, SendFailed
 from .pull import Drain, FlowControlReplyRequested, PullRequested
 
 __all__ = [
@@ -61,6 +62,7 @@ class Attach(msgspec.Struct, frozen=True, kw_only=True):
     machine: Any
     sink: Any
     inbox: bool = True
+    wildcard: bool = False
     target: str | None = None
 
 
@@ -105,6 +107,8 @@ class Session:
             PullRequested: self._write_pull,
             FlowControlReplyRequested: self._write_flow_control,
             DirectGetRequested: self._write_direct_get,
+            PublishRequested: self._write_publish,
+            FramesRequested: self._write_frames,
         }
 
     # ================================================================== the core contract
@@ -175,8 +179,8 @@ class Session:
         """Dispatch an application command. Returns the slot id of an :class:`Attach`, the sid
         of a ``Subscribe``, the token of a ``Request`` or ``Flush``, else None."""
         match command:
-            case Attach(machine=m, sink=sink, inbox=inbox, target=target):
-                return self.attach(m, sink, now, inbox=inbox, target=target)
+            case Attach(machine=m, sink=sink, inbox=inbox, wildcard=wildcard, target=target):
+                return self.attach(m, sink, now, inbox=inbox, wildcard=wildcard, target=target)
             case MachineCommand(slot=slot, command=cmd):
                 self.command(slot, cmd, now)
                 return None
@@ -188,15 +192,20 @@ class Session:
     # ================================================================== sub-machines
 
     def attach(self, machine: SubMachine, sink: Sink, now: float, *, inbox: bool = True,
-               target: str | None = None) -> int:
+               wildcard: bool = False, target: str | None = None) -> int:
         """Run ``machine`` on the session (see :class:`Attach`); returns its slot id. Events the
-        machine queued on creation (its first request) are acted on at once."""
+        machine queued on creation (its first request) are acted on at once. With ``wildcard``
+        the inbox is ``<inbox>.*`` and :meth:`inbox_of` gives the prefix ``<inbox>.``."""
         slot = _Slot(self._next_slot, machine, sink, target)
         self._next_slot += 1
         if inbox:
             conn = self.conn
             slot.inbox = conn.new_inbox()
-            slot.sid = conn.subscribe(slot.inbox)
+            if wildcard:
+                slot.inbox += "."
+                slot.sid = conn.subscribe(slot.inbox + "*")
+            else:
+                slot.sid = conn.subscribe(slot.inbox)
             self._routes[slot.sid] = self._receiver(slot)
             self._ends[slot.sid] = self._inbox_ender(slot)
         self._slots[slot.id] = slot
@@ -223,6 +232,14 @@ class Session:
             self._close_inbox(slot)
         self._refresh()
         self._pump(now)
+
+    def touch(self, slot_id: int) -> None:
+        """A machine's state was changed outside the session (a publishing thread added to its
+        window under the shell's lock): re-read its deadline."""
+        slot = self._slots.get(slot_id)
+        if slot is not None:
+            self._mark(slot)
+            self._refresh()
 
     def running(self, slot_id: int) -> bool:
         return slot_id in self._slots
@@ -359,6 +376,18 @@ class Session:
 
     def _write_direct_get(self, slot: _Slot, e: DirectGetRequested) -> None:
         self._publish_for(slot, e.subject, e.body, slot.inbox)
+
+    def _write_publish(self, slot: _Slot, e: PublishRequested) -> None:
+        entry = e.entry
+        try:
+            self.conn.publish_inbox(entry.subject, entry.payload, e.reply.encode(), entry.headers)
+        except NatsError as exc:
+            self._mark(slot)
+            slot.machine.handle(SendFailed(entry=entry, error=exc), 0.0)
+            self._after(slot)
+
+    def _write_frames(self, slot: _Slot, e: FramesRequested) -> None:
+        self.conn.publish_frames(e.data, e.count)  # (not connected: the machine re-sends later)
 
     # ================================================================== plain subscriptions
 

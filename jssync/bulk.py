@@ -10,9 +10,11 @@ callback and no thread hand-off per message.
 Whatever is ambiguous is written again as the same frame: a batch with no PubAck after
 ``ack_timeout``, 503 no responders, 10158 "in process", and everything in flight after a
 reconnect. The stream's duplicate window (or, in subject mode, the per-subject limit) keeps it
-stored once. The writer thread does this work itself, when it sends or waits: there is no worker
-thread. :meth:`BulkPublisher.finish` returns only once every message is settled; the first
-definite refusal is raised (:attr:`FrameWindow.failure`).
+stored once. Those decisions and their timers belong to the core machine
+(:class:`jscore.pubmachines.BulkPublishMachine`), which runs on the client's session: the I/O
+thread settles acks, fires deadlines and writes re-sends; the writer thread only hands over new
+frames and waits. :meth:`BulkPublisher.finish` returns only once every message is settled; the
+first definite refusal is raised (:attr:`FrameWindow.failure`).
 
 Compared with ``js.publish_async`` (a :class:`PubAckFuture` per message, a window shared by
 threads, callbacks), this path does about a third of the per-message work; it exists for the
@@ -23,16 +25,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
-from jscore import events as ev
-from jscore.connection import State
 from jscore.errors import ConnectionClosedError, NatsError, PubAckTimeoutError
-from jscore.protocol import MsgReceived
+from jscore.machine import Stop
+from jscore.pubmachines import PROGRESS, BulkPublishMachine, PublisherClosed, WatchLevel
 from jscore.publish import FrameWindow
 
-from .client import _HIGH_WATER, Subscription
+from .client import shell_of
 
 if TYPE_CHECKING:
     from .client import Client
@@ -40,16 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["BulkPublisher"]
 
 _monotonic = time.monotonic
-_CONNECTED: Final = State.CONNECTED
-_TICK: Final = 0.25  # a waiting writer looks at the connection at least this often
-
-
-class _AckInbox(Subscription):
-    """The bulk publisher's reply inbox: acks are settled on the I/O thread as they are routed."""
-
-    def __init__(self, client: Client, subject: str, owner: BulkPublisher) -> None:
-        super().__init__(client, subject, None, None, 1)
-        self._deliver = owner._on_ack  # type: ignore[method-assign]
+_GUARD: Final = 30.0  # seconds past the machine's own limits before a waiting writer gives up
 
 
 class BulkPublisher:
@@ -77,95 +68,79 @@ class BulkPublisher:
             retry_wait=retry_wait,
             per_subject_dedup=per_subject_dedup,
         )
-        # With no connection, nothing expires; give up after this long with no progress at all.
-        self._stall_timeout = stall_timeout if stall_timeout is not None else ack_timeout * (retries + 1) + 30.0
-        self._nc = client
-        self._conn = client._conn
-        self._lock = client._lock
-        self._cond = threading.Condition(client._lock)
+        # With no connection, nothing expires; give up after this long without one.
+        stall = stall_timeout if stall_timeout is not None else ack_timeout * (retries + 1) + 30.0
+        # The longest a waiting writer can go without news from the machine: its ack deadlines,
+        # re-sends and stall timer all end well within this (only a dead I/O thread exceeds it).
+        self._guard = max(stall, ack_timeout * (retries + 1), self.window.transient_budget) + _GUARD
+        self._shell = shell = shell_of(client)
+        self._cond = threading.Condition(shell.lock)
         self._waiting = False
-        self._reconnected = False
         self._closed = False
-        client._check_fork()
-        with self._lock:
-            if self._conn.is_closed:
+        self._ended = False
+        shell.check_fork()
+        with shell.lock:
+            if client.is_closed:
                 raise ConnectionClosedError("the connection is closed; nothing was published")
-            prefix = self._conn.new_inbox() + "."
-            sub = _AckInbox(client, prefix + "*", self)
-            sub.sid = client._session.subscribe(prefix + "*", None, None, sub._deliver, client._ender(sub))
-            client._subs[sub.sid] = sub
-            client._listeners.append(self._on_event)
-            client._wake_locked()
-        self._sub = sub
-        self._plen = len(prefix)
+            self._machine = BulkPublishMachine(self.window, stall_timeout=stall, connected=client.is_connected)
+            self._slot = shell.attach_locked(self._machine, self._on_event, wildcard=True)
+            prefix = shell.session.inbox_of(self._slot)
+            self._machine.set_prefix(prefix)
         self.reply_prefix = prefix.encode()
-        self.max_payload = self._conn.max_payload
+        self.max_payload = client.max_payload
 
-    # ------------------------------------------------------------------ I/O thread
+    # ------------------------------------------------------------------ the machine's sink
 
-    def _on_ack(self, m: MsgReceived, now: float = 0.0) -> None:
-        """I/O thread, client lock held."""
-        try:
-            token = int(m.subject[self._plen :])
-        except ValueError:
-            return
-        if self.window.receive_ack(token, m.data, m.status, _monotonic()) and self._waiting:
+    def _on_event(self, e: Any) -> None:
+        """Under the client lock (mostly the I/O thread): wake the writer."""
+        if e.__class__ is PublisherClosed:
+            self._ended = True
+        if self._waiting or e.__class__ is PublisherClosed:
             self._waiting = False
             self._cond.notify()
-
-    def _on_event(self, event: Any) -> None:
-        """Client listener (I/O thread, no lock): a new connection means re-sending."""
-        if isinstance(event, ev.Reconnected):
-            self._reconnected = True
 
     # ------------------------------------------------------------------ the writer thread
 
     def send(self, first_token: int, frames: list[bytes]) -> None:
         """Write a batch of new frames whose tokens are ``first_token, first_token + 1, ...``.
-        Blocks while the window is full (re-sending what is due meanwhile); raises the window's
-        first failure, or :class:`ConnectionClosedError`."""
+        Blocks while the window is full; raises the window's first failure, or
+        :class:`ConnectionClosedError`."""
         window = self.window
-        nc = self._nc
-        with self._lock:
+        shell = self._shell
+        with shell.lock:
             if not window.has_room:
                 # Wait for half the window: refills come in large writes, not one per batch.
                 self._wait_locked(window.max_pending // 2)
             else:
-                self._service_locked()
-            conn = self._conn
-            if conn.out_bytes + nc._wbuf_len > _HIGH_WATER:
-                nc._wait_for_room()
+                self._check_locked()
+            if shell.congested:
+                shell.wait_for_room_locked()
+            was_idle = window.next_deadline() is None
             window.sent(range(first_token, first_token + len(frames)), frames, _monotonic())
-            if conn.publish_frames(b"".join(frames), len(frames)):
-                nc._kick_locked()
+            if shell.session.conn.publish_frames(b"".join(frames), len(frames)):
+                shell.kick_locked()
             # (not connected: the frames stay in the window and go out after the reconnect)
+            if was_idle:
+                shell.touch_locked(self._slot)
 
     def finish(self) -> FrameWindow:
         """Wait until every message is settled; returns the window (its counters). Raises the
-        first failure, :class:`PubAckTimeoutError` when nothing progresses for the stall timeout
-        with no connection, or :class:`ConnectionClosedError`."""
-        with self._lock:
+        first failure, :class:`PubAckTimeoutError` when there is no connection for the stall
+        timeout, or :class:`ConnectionClosedError`."""
+        with self._shell.lock:
             self._wait_locked(0)
         return self.window
 
     def close(self) -> None:
-        """Unsubscribe the reply inbox (late acks go nowhere). Idempotent."""
+        """Stop the machine and unsubscribe the reply inbox (late acks go nowhere). Idempotent."""
         if self._closed:
             return
         self._closed = True
-        nc = self._nc
-        with self._lock:
-            try:
-                nc._listeners.remove(self._on_event)
-            except ValueError:
-                pass
-            sid = self._sub.sid
-            if nc._subs.pop(sid, None) is not None and not self._conn.is_closed:
-                try:
-                    self._conn.unsubscribe(sid)
-                except NatsError:
-                    pass
-                nc._wake_locked()
+        shell = self._shell
+        if shell.forked:
+            return
+        with shell.lock:
+            shell.command_locked(self._slot, Stop())
 
     def __enter__(self) -> BulkPublisher:
         return self
@@ -176,53 +151,38 @@ class BulkPublisher:
     # ------------------------------------------------------------------ under the lock
 
     def _wait_locked(self, level: int) -> None:
-        """Block until at most ``level`` messages are in flight, doing the re-sends meanwhile."""
+        """Block until at most ``level`` messages are in flight (the I/O thread does the
+        re-sends meanwhile)."""
         window = self.window
-        last_progress = _monotonic()
-        seen = window.written
-        self._service_locked()
+        shell = self._shell
+        self._check_locked()
         while window.in_flight > level:
-            now = _monotonic()
-            if window.written != seen:
-                seen, last_progress = window.written, now
-            elif now - last_progress > self._stall_timeout:
-                raise PubAckTimeoutError(
-                    f"{window.in_flight} publishes unconfirmed and no PubAck for {self._stall_timeout:g} s "
-                    f"(connected: {self._conn.state is _CONNECTED}): they may or may not be stored"
-                )
-            due = window.next_deadline()
-            timeout = _TICK if due is None else min(_TICK, max(0.0, due - now))
-            window.wake_level = level
+            seen = window.written
             self._waiting = True
-            self._cond.wait(timeout)
-            self._waiting = False
+            shell.command_locked(self._slot, WatchLevel(level=level))
+            if self._waiting:
+                self._cond.wait(self._guard)
             window.wake_level = -1
-            self._service_locked()
+            if self._waiting and window.written == seen:
+                self._waiting = False
+                raise PubAckTimeoutError(
+                    f"{window.in_flight} publishes unconfirmed and no progress for {self._guard:g} s: "
+                    "they may or may not be stored"
+                )
+            self._waiting = False
+            self._check_locked()
 
-    def _service_locked(self) -> None:
-        """Raise what ended the window; write again what is due; after a reconnect, everything."""
+    def _check_locked(self) -> None:
+        """Raise what ended the window."""
         window = self.window
         if window.failure is not None:
             raise window.failure
-        conn = self._conn
-        if conn.is_closed:
-            raise ConnectionClosedError(
+        if self._ended or self._machine.finished:
+            error = self._machine.closed_error
+            err = ConnectionClosedError(
                 f"the connection closed with {window.in_flight} publishes unconfirmed (they may or may not be stored)"
             )
-        if conn.state is not _CONNECTED:
-            return  # nothing expires while there is no connection
-        now = _monotonic()
-        if self._reconnected:
-            self._reconnected = False
-            self._write_locked(window.everything(now))
-            return
-        due = window.next_deadline()
-        if due is not None and due <= now:
-            self._write_locked(window.due(now))
-            if window.failure is not None:
-                raise window.failure
+            if isinstance(error, NatsError):
+                err.__cause__ = error
+            raise err
 
-    def _write_locked(self, frames: Iterable[bytes]) -> None:
-        batch = list(frames)
-        if batch and self._conn.publish_frames(b"".join(batch), len(batch)):
-            self._nc._kick_locked()

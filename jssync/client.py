@@ -1034,12 +1034,13 @@ class Shell:
 
     # -- sub-machines ---------------------------------------------------------------------
 
-    def attach_locked(self, machine: Any, sink: Sink, *, inbox: bool = True, target: str | None = None) -> int:
+    def attach_locked(self, machine: Any, sink: Sink, *, inbox: bool = True, wildcard: bool = False,
+                      target: str | None = None) -> int:
         """Run ``machine`` on the session (its events go to ``sink``, on the I/O thread or the
         calling thread, under the lock) and get what it queued onto the wire."""
         session = self.session
         before = session.next_deadline()
-        slot = session.attach(machine, sink, _monotonic(), inbox=inbox, target=target)
+        slot = session.attach(machine, sink, _monotonic(), inbox=inbox, wildcard=wildcard, target=target)
         self._client._kick_locked()
         self._earlier(before)
         return slot
@@ -1055,6 +1056,14 @@ class Shell:
             self._earlier(before)
         else:
             self._client._wake_locked()
+
+    def touch_locked(self, slot: int) -> None:
+        """A publishing thread changed a machine's window directly: let the session re-read
+        its deadline (and wake the I/O thread if it is earlier)."""
+        session = self.session
+        before = session.next_deadline()
+        session.touch(slot)
+        self._earlier(before)
 
     def _earlier(self, before: float | None) -> None:
         """Wake the I/O thread if the session's next deadline moved before ``before`` (the one
@@ -1092,6 +1101,11 @@ class Shell:
     def backlog(self) -> int:
         """Bytes queued for the socket and not yet written."""
         return self._client._conn.out_bytes + self._client._wbuf_len
+
+    @property
+    def congested(self) -> bool:
+        """More than the high-water mark waits for the socket: publishers should wait."""
+        return self._client._conn.out_bytes + self._client._wbuf_len > _HIGH_WATER
 
     def wait_for_room_locked(self) -> None:
         """Block (with a timeout) while the socket is not draining the output."""

@@ -145,10 +145,10 @@ def test_bulk_publisher_drops_its_inbox_and_ignores_late_acks(nats_server: NatsS
             bp.send(i, frames[i : i + 2])  # blocks while the window (2) is full
         window = bp.finish()
         assert (window.written, window.duplicates, window.in_flight) == (6, 0, 0)
-        subs = len(c._subs)
+        subs = len(c._session._routes)
         bp.close()
         bp.close()
-        assert len(c._subs) == subs - 1
+        assert len(c._session._routes) == subs - 1
         assert js.stream_info("BRAW").state.messages == 6
     finally:
         c.close()
