@@ -1,25 +1,26 @@
 """JetStream publishing on the blocking client: ``js.publish``, ``js.publish_async`` and
 :class:`PubAckFuture`.
 
-* ``publish`` sends the message with a reply subject on the context's PubAck inbox and waits
-  for the I/O thread to hand it the reply; it keeps the three outcomes apart: a
-  :class:`~jscore.models.PubAck` (stored, or ``duplicate=True``), a definite failure (the typed
-  :class:`~jscore.errors.JetStreamAPIError`, or :class:`~jscore.errors.NoStreamResponseError`
-  after the no-responders retries: nothing stored), and the ambiguous
-  :class:`~jscore.errors.PubAckTimeoutError` (no ack in time: maybe stored).
-* ``publish_async`` writes the message with a reply subject ``<inbox>.<token>`` on ONE wildcard
-  subscription per context, whose messages are settled right where the I/O thread routes them
-  (under the client lock: a dict pop, a msgspec decode, no thread hand-off and no syscall per
-  publish). The window bookkeeping is :class:`jscore.publish.PublishWindow`.
-* A small worker thread per context (started on the first ``publish_async``, gone after 10 s with
-  nothing in flight) fires ack deadlines and no-responders retries, runs done-callbacks, and
-  handles the connection: after a reconnect it re-sends the unacknowledged publishes that carry a
-  ``Nats-Msg-Id`` (the stream deduplicates them) and fails only those without one, with
-  :class:`PubAckTimeoutError`. ``auto_msg_id=True`` gives every async publish a msg id.
+Both run on one core machine per context (:class:`jscore.pubmachines.AsyncPublishMachine`),
+attached to the client's session with ONE wildcard PubAck inbox ``<inbox>.*``: the I/O thread
+settles every PubAck there under the client lock (a dict pop, a msgspec decode; no thread
+hand-off and no syscall per publish), fires ack deadlines, re-sends what the policy re-sends
+(no responders while a stream or leader is not there yet, 10158 "in process", and after a
+reconnect the publishes that carry a ``Nats-Msg-Id``) and settles the rest. The window
+bookkeeping is :class:`jscore.publish.PublishWindow`, one for async publishes and one for
+synchronous ones (tokens ``s<n>``), so both follow the same outcome policy.
 
-Locking: the publisher's state is guarded by the client's own lock (the ack handler already runs
-under it), so a publish takes one lock, and a thread blocked on a full window waits on a
-condition of that lock. Nothing here calls user code under it.
+* ``publish`` adds its entry, writes the frame and waits, at most its timeout, for the I/O
+  thread to settle it: a :class:`~jscore.models.PubAck` (stored, or ``duplicate=True``), a
+  definite failure (the typed :class:`~jscore.errors.JetStreamAPIError`, or
+  :class:`~jscore.errors.NoStreamResponseError`: nothing stored), or the ambiguous
+  :class:`~jscore.errors.PubAckTimeoutError` (maybe stored).
+* ``publish_async`` returns a :class:`PubAckFuture` (the window entry itself). Done-callbacks
+  run on a callback thread of the context (never the I/O thread).
+
+Locking: the publisher's state is guarded by the client's own lock (the acks are settled under
+it), so a publish takes one lock, and a thread blocked on a full window waits on a condition of
+that lock. Nothing here calls user code under it.
 """
 
 from __future__ import annotations
@@ -28,27 +29,23 @@ import _thread
 import itertools
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from jscore import events as ev
-from jscore.connection import State
 from jscore.errors import (
     ConnectionClosedError,
-    DuplicateMsgIdInProcessError,
     InvalidOptionError,
-    NatsError,
-    NoRespondersError,
-    NoStreamResponseError,
     PubAckTimeoutError,
     TimeoutError,
     TooManyStalledMsgsError,
 )
 from jscore.headers import Headers, HeadersInput, encode_headers
 from jscore.models import PubAck
-from jscore.protocol import MsgReceived, _pub_cache
+from jscore.protocol import _pub_cache
+from jscore.pubmachines import PROGRESS, AsyncPublishMachine, PublisherClosed, WatchLevel
 from jscore.publish import (
     MSG_ID,
     PENDING,
@@ -56,26 +53,22 @@ from jscore.publish import (
     PublishWindow,
     WindowStats,
     check_msg_id,
-    decode_ack,
     publish_headers,
 )
 
-from . import client as _client
-from .client import _HIGH_WATER, Subscription
+from .client import shell_of
 
 if TYPE_CHECKING:
-    from .client import Client
     from .jetstream import JetStream
 
 __all__ = ["Publisher", "PubAckFuture"]
 
 _log = logging.getLogger("jssync.publish")
 _monotonic = time.monotonic
-_CONNECTED: Final = State.CONNECTED
-_WORKER_IDLE_EXIT: Final = 10.0  # seconds with nothing in flight before the worker thread ends
-_WORKER_TICK: Final = 1.0  # while publishes are in flight, look at the connection at least this often
+_CALLBACK_IDLE_EXIT: Final = 10.0  # seconds with no callback to run before the callback thread ends
 _YIELD_EVERY: Final = 128  # publish_async calls between two brief GIL releases (see publish_async)
-_sleep = time.sleep
+_yield = os.sched_yield  # (releases the GIL while it yields the CPU)
+_SYNC_MAX: Final = 1 << 30  # the sync window never blocks: one entry per waiting thread
 _NUID_ALPHABET: Final = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 DoneCallback = Callable[["PubAckFuture"], object]
@@ -157,7 +150,7 @@ class PubAckFuture(PendingPublish):
 
     def add_done_callback(self, fn: DoneCallback) -> None:
         """Call ``fn(future)`` once the publish is settled: at once in this thread if it already
-        is, else on the context's publish worker thread (never the I/O thread). Keep it short;
+        is, else on the context's callback thread (never the I/O thread). Keep it short;
         an exception it raises is logged."""
         with self._publisher._lock:
             if self.outcome is PENDING:
@@ -185,34 +178,16 @@ def _run_callback(fn: DoneCallback, fut: PubAckFuture) -> None:
         _log.exception("jssync: a PubAckFuture done-callback raised")
 
 
-class _SyncWaiter:
-    """A synchronous publish waiting for its PubAck: a pre-acquired lock the I/O thread
-    releases (the cheapest cross-thread wake-up CPython has), and the reply."""
+class _SyncEntry(PendingPublish):
+    """A synchronous publish in the sync window: a pre-acquired lock the I/O thread releases
+    once the entry is settled (the cheapest cross-thread wake-up CPython has)."""
 
-    __slots__ = ("lock", "msg", "error")
+    __slots__ = ("lock",)
 
-    def __init__(self) -> None:
+    def __init__(self, subject: str, payload: bytes, headers: HeadersInput | None, msg_id: str | None) -> None:
+        super().__init__(subject, payload, headers, msg_id)
         self.lock = _thread.allocate_lock()
         self.lock.acquire()
-        self.msg: MsgReceived | None = None
-        self.error: BaseException | None = None
-
-
-class _AckSubscription(Subscription):
-    """The wildcard PubAck inbox: messages are settled on the I/O thread, under the client lock,
-    as they are routed (no queue, no callback thread)."""
-
-    def __init__(self, client: Client, subject: str, publisher: Publisher) -> None:
-        super().__init__(client, subject, None, None, 1)
-        self._publisher = publisher
-        self._deliver = publisher._on_ack  # type: ignore[method-assign]  # (one call less per ack)
-
-    def _deliver(self, m: MsgReceived, now: float) -> None:
-        self._publisher._on_ack(m)
-
-    def _end(self, error: BaseException | None) -> None:
-        super()._end(error)
-        self._publisher._ack_sub_ended(self, error)
 
 
 class Publisher:
@@ -222,27 +197,25 @@ class Publisher:
         self._js = js
         nc = js.client
         self._nc = nc
-        self._conn = nc._conn
-        self._lock: threading.Lock = nc._lock
-        self._cond = threading.Condition(nc._lock)
+        self._shell = shell = shell_of(nc)
+        self._conn = shell.session.conn
+        self._lock: threading.Lock = shell.lock
+        self._cond = threading.Condition(shell.lock)
         self._window: PublishWindow[PubAckFuture] = PublishWindow(ack_timeout=js.timeout)
+        self._sync_window: PublishWindow[_SyncEntry] = PublishWindow(ack_timeout=js.timeout, max_pending=_SYNC_MAX)
         self.auto_msg_id = False
         self._auto_prefix = _nuid() + "-"
         self._auto_ids = itertools.count(1)
-        self._sub: _AckSubscription | None = None
-        self._sync: dict[str, _SyncWaiter] = {}  # synchronous publishes in flight, by token
         self._sync_ids = itertools.count(1)
+        self._machine: AsyncPublishMachine | None = None
+        self._slot = 0
         self._prefix_b = b""
-        self._plen = 0
-        self._listening = False
-        self._worker: threading.Thread | None = None
-        self._wake = threading.Event()
-        self._worker_wake_at = float("inf")
-        self._callbacks_due: list[PubAckFuture] = []
-        # Threads blocked on a full window / in complete(). A waiter sets its flag before
-        # waiting; the ack path notifies once and clears it (no notify per ack).
-        self._room_armed = False
-        self._complete_armed = False
+        # Threads blocked on a full window / in complete(): they ask the machine to tell them
+        # (PROGRESS) when the window is down to the level they wait for.
+        self._room_waiters = 0
+        self._complete_waiters = 0
+        self._callbacks_q: queue.SimpleQueue[PubAckFuture | None] = queue.SimpleQueue()
+        self._callback_thread: threading.Thread | None = None
         self._since_yield = 0
         self._yield_every = _YIELD_EVERY
 
@@ -273,10 +246,10 @@ class Publisher:
             self._window.configure(
                 max_pending=max_pending, ack_timeout=ack_timeout, retry_attempts=retry_attempts, retry_wait=retry_wait
             )
+            self._sync_window.configure(retry_attempts=retry_attempts, retry_wait=retry_wait)
             if auto_msg_id is not None:
                 self.auto_msg_id = auto_msg_id
-            if self._room_armed and self._window.has_room:
-                self._room_armed = False
+            if self._room_waiters:
                 self._cond.notify_all()
 
     @property
@@ -331,8 +304,9 @@ class Publisher:
             and ttl is None
         ):
             hdrs = headers
+            mid: str | None = None
         else:
-            hdrs, _ = publish_headers(
+            hdrs, mid = publish_headers(
                 headers,
                 msg_id=msg_id,
                 expected_stream=expected_stream,
@@ -343,60 +317,47 @@ class Publisher:
                 ttl=ttl,
             )
         t = self._js.timeout if timeout is None else _check_timeout(timeout)
-        nc = self._nc
-        nc._check_fork()
+        shell = self._shell
+        shell.check_fork()
+        if self._nc.is_closed:
+            raise ConnectionClosedError("the connection is closed; nothing was published")
         conn = self._conn
-        window = self._window
-        deadline = _monotonic() + t
-        attempts = 0
-        while True:
-            if nc.is_closed:
-                raise ConnectionClosedError("the connection is closed; nothing was published")
-            # The PubAck comes back on the context's PubAck inbox (the same wildcard subscription
-            # as the async acks, tokens "s<n>"), where the I/O thread releases our lock.
-            waiter = _SyncWaiter()
-            token = f"s{next(self._sync_ids)}"
-            prefix = self._prefix_b
-            frame, size = _frame(subject, payload, hdrs, prefix + token.encode()) if prefix else (None, 0)
+        window = self._sync_window
+        entry = _SyncEntry(subject, payload, hdrs, mid)
+        token = f"s{next(self._sync_ids)}"
+        prefix = self._prefix_b
+        frame, size = _frame(subject, payload, hdrs, prefix + token.encode()) if prefix else (None, 0)
+        with self._lock:
+            machine = self._machine or self._start_locked()
+            if self._prefix_b is not prefix:
+                frame = None  # a new PubAck inbox: the frame must name it
+            first = not window.pending
+            window.add(entry, _monotonic(), machine.gen if machine.connected else machine.gen + 1, token)
+            # The caller's own timeout rules; the window's deadline is only a backstop.
+            entry.deadline = entry.deadline - window.ack_timeout + t
+            try:
+                if frame is None or not conn.publish_frame(frame, size):
+                    conn.publish_inbox(subject, payload, self._prefix_b + token.encode(), hdrs)
+            except BaseException:
+                window.remove(token)
+                raise
+            if first:
+                shell.touch_locked(self._slot)
+            shell.kick_locked()
+        if not entry.lock.acquire(True, t):
             with self._lock:
-                if self._sub is None:
-                    self._subscribe_locked()
-                    frame = None
-                self._sync[token] = waiter
-                try:
-                    if frame is None or self._prefix_b is not prefix or not conn.publish_frame(frame, size):
-                        conn._publish_checked(subject, payload, None, hdrs, self._prefix_b + token.encode())
-                except BaseException:
-                    del self._sync[token]
-                    raise
-                nc._kick_locked()
-            if not waiter.lock.acquire(True, max(0.0, deadline - _monotonic())):
-                with self._lock:
-                    timed_out = self._sync.pop(token, None) is not None
-                if timed_out:  # (else the ack came in the meantime: use it)
-                    raise PubAckTimeoutError(
-                        f"no PubAck for the publish to {subject!r} within {t} s: it may or may not be stored"
-                    )
-            m = waiter.msg
-            if m is None:
+                timed_out = entry.outcome is PENDING
+                if timed_out:
+                    window.remove(token)
+            if timed_out:  # (else it was settled in the meantime: use that)
                 raise PubAckTimeoutError(
-                    f"the connection closed before the PubAck for {subject!r} arrived: it may or may not be stored"
-                ) from waiter.error
-            if m.status == 503 and not m.data:
-                error: NatsError = NoStreamResponseError(
-                    f"no stream answered the publish to {subject!r} (503 no responders): nothing was stored"
+                    f"no PubAck for the publish to {subject!r} within {t} s: it may or may not be stored"
                 )
-            else:
-                try:
-                    return decode_ack(m.data)
-                except DuplicateMsgIdInProcessError as exc:
-                    error = exc
-            # retryable: no responders, or the same msg id in process
-            wait = window.retry_wait
-            if attempts >= window.retry_attempts or _monotonic() + wait >= deadline:
-                raise error
-            attempts += 1
-            time.sleep(wait)
+        ack = entry.ack
+        if ack is not None:
+            return ack
+        assert entry.error is not None
+        raise entry.error
 
     # ------------------------------------------------------------------ asynchronous publish
 
@@ -458,9 +419,8 @@ class Publisher:
                 expected_last_msg_id=expected_last_msg_id,
                 ttl=ttl,
             )
-        nc = self._nc
-        if nc._fork_gen != _client._fork_generation:
-            nc._check_fork()
+        if self._shell.forked:
+            self._shell.check_fork()
         fut = PubAckFuture(self, subject, payload, hdrs, mid)
         conn = self._conn
         window = self._window
@@ -483,26 +443,26 @@ class Publisher:
         try:
             if len(window.pending) + len(window.retrying) >= window.max_pending:
                 self._wait_for_room_locked(timeout)
-            if conn.out_bytes + nc._wbuf_len > _HIGH_WATER:
-                nc._wait_for_room()
-            if self._sub is None or self._worker is None:  # (after the waits: they release the lock)
-                self._start_locked()
+            if self._shell.congested:
+                self._shell.wait_for_room_locked()
+            machine = self._machine  # (after the waits: they release the lock)
+            if machine is None:
+                machine = self._start_locked()
             if self._prefix_b is not prefix:  # a new PubAck inbox: the frame must name it
                 frame = None
-            stats = conn.stats
-            window.add(fut, _monotonic(), stats.reconnects if conn.state is _CONNECTED else stats.reconnects + 1, token)
+            first = not window.pending
+            window.add(fut, _monotonic(), machine.gen if machine.connected else machine.gen + 1, token)
             try:
                 if frame is None or not conn.publish_frame(frame, size):
-                    conn._publish_checked(subject, payload, None, hdrs, self._prefix_b + token.encode())
+                    conn.publish_inbox(subject, payload, self._prefix_b + token.encode(), hdrs)
             except BaseException:
                 window.remove(token)
                 raise
-            if nc._io_idle:
-                nc._io_idle = False
-                nc._poke()
-            if fut.deadline < self._worker_wake_at:
-                self._worker_wake_at = fut.deadline
-                self._wake.set()
+            if first:
+                self._shell.touch_locked(self._slot)  # (the window's deadline moved)
+            shell = self._shell
+            if shell.io_idle:
+                shell.wake_locked()
         finally:
             lock.release()
         n = self._since_yield + 1
@@ -512,7 +472,7 @@ class Publisher:
             # messages in bursts and idles in between. Letting go of the GIL briefly every so
             # many publishes keeps the server fed (+8 % measured on a quiet machine; every 64 was worse).
             n = 0
-            _sleep(0)
+            _yield()
         self._since_yield = n
         return fut
 
@@ -520,225 +480,108 @@ class Publisher:
         t = self._js.timeout if timeout is None else _check_timeout(timeout)
         window = self._window
         deadline = _monotonic() + t
-        while len(window.pending) + len(window.retrying) >= window.max_pending:
-            remaining = deadline - _monotonic()
-            if remaining <= 0:
-                raise TooManyStalledMsgsError(
-                    f"{len(window)} async publishes in flight (max_pending {window.max_pending}) "
-                    f"for {t} s; the message was not sent"
-                )
-            self._room_armed = True
-            self._cond.wait(remaining)
-            if self._nc.is_closed:
-                raise ConnectionClosedError("the connection closed while waiting for room to publish")
+        self._room_waiters += 1
+        try:
+            while len(window.pending) + len(window.retrying) >= window.max_pending:
+                remaining = deadline - _monotonic()
+                if remaining <= 0:
+                    raise TooManyStalledMsgsError(
+                        f"{len(window)} async publishes in flight (max_pending {window.max_pending}) "
+                        f"for {t} s; the message was not sent"
+                    )
+                self._watch_locked()
+                self._cond.wait(remaining)
+                if self._nc.is_closed:
+                    raise ConnectionClosedError("the connection closed while waiting for room to publish")
+        finally:
+            self._room_waiters -= 1
 
     def complete(self, timeout: float = 30.0) -> None:
         """Wait until every async publish is settled; :class:`TimeoutError` after ``timeout``."""
         deadline = _monotonic() + _check_timeout(timeout)
         window = self._window
         with self._lock:
-            while len(window):
-                remaining = deadline - _monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"{len(window)} async publishes still in flight after {timeout} s")
-                self._complete_armed = True
-                self._cond.wait(remaining)
+            self._complete_waiters += 1
+            try:
+                while len(window):
+                    remaining = deadline - _monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError(f"{len(window)} async publishes still in flight after {timeout} s")
+                    self._watch_locked()
+                    self._cond.wait(remaining)
+            finally:
+                self._complete_waiters -= 1
+
+    def _watch_locked(self) -> None:
+        """Ask the machine for PROGRESS at the level the waiting threads need."""
+        if self._machine is not None:
+            level = self._window.resume_level if self._room_waiters else 0
+            self._shell.command_locked(self._slot, WatchLevel(level=level))
 
     # ------------------------------------------------------------------ under the client lock
 
-    def _start_locked(self) -> None:
-        """Subscribe the PubAck inbox (before the first publish that uses it) and make sure
-        the worker runs."""
-        if self._sub is None:
-            self._subscribe_locked()
-        self._ensure_worker_locked()
-
-    def _subscribe_locked(self) -> None:
-        nc = self._nc
+    def _start_locked(self) -> AsyncPublishMachine:
+        """Attach the machine (and subscribe its PubAck inbox) before the first publish."""
         conn = self._conn
-        prefix = conn.new_inbox() + "."
-        sub = _AckSubscription(nc, prefix + "*", self)
-        sub.sid = nc._session.subscribe(prefix + "*", None, None, sub._deliver, nc._ender(sub))
-        nc._subs[sub.sid] = sub
-        self._sub = sub
+        machine = AsyncPublishMachine(
+            self._window, self._sync_window, gen=conn.stats.reconnects, connected=conn.is_connected
+        )
+        self._slot = self._shell.attach_locked(machine, self._on_event, wildcard=True)
+        prefix = self._shell.session.inbox_of(self._slot)
+        machine.set_prefix(prefix)
         self._prefix_b = prefix.encode()
-        self._plen = len(prefix)
-        if not self._listening:
-            self._listening = True
-            nc._listeners.append(self._on_client_event)
+        self._machine = machine
+        return machine
 
-    def _ensure_worker_locked(self) -> None:
-        if self._worker is not None:
-            return
-        window = self._window
-        if not len(window):
-            # Nothing in flight: start from the connection as it is now.
-            window.gen = self._conn.stats.reconnects
-            window.connected = self._conn.is_connected
-        self._worker_wake_at = float("inf")
-        self._wake.clear()
-        t = threading.Thread(target=self._run_worker, name="jssync-js-publish", daemon=True)
-        self._worker = t
+    def _on_event(self, e: Any) -> None:
+        """The machine's sink: under the client lock, mostly on the I/O thread. Never blocks."""
+        cls = e.__class__
+        if cls is PubAckFuture:
+            if e._event is not None:
+                e._event.set()
+            if e._callbacks is not None:
+                self._callbacks_q.put(e)
+                if self._callback_thread is None:
+                    self._start_callbacks_locked()
+        elif cls is _SyncEntry:
+            e.lock.release()
+        elif e is PROGRESS:
+            self._cond.notify_all()
+        elif cls is PublisherClosed:
+            # The connection closed, or the PubAck inbox ended: a next publish starts afresh.
+            self._machine = None
+            self._prefix_b = b""
+            self._cond.notify_all()
+            if self._callback_thread is not None:
+                self._callbacks_q.put(None)  # (the callback thread ends after what is queued)
+                self._callback_thread = None
+
+    def _start_callbacks_locked(self) -> None:
+        t = threading.Thread(target=self._run_callbacks, name="jssync-js-publish", daemon=True)
+        self._callback_thread = t
         t.start()
 
-    def _on_ack(self, m: MsgReceived, now: float = 0.0) -> None:
-        """I/O thread, client lock held: one message on the PubAck inbox."""
-        token = m.subject[self._plen :]
-        if token[0] == "s":  # a synchronous publish (a "*" token is never empty)
-            waiter = self._sync.pop(token, None)
-            if waiter is not None:
-                waiter.msg = m
-                waiter.lock.release()
-            return
-        window = self._window
-        fut = window.receive_ack(token, m.data, m.status, _monotonic())
-        if fut is None:
-            return
-        if fut.outcome is PENDING:  # a retry was scheduled
-            if fut.retry_at < self._worker_wake_at:
-                self._worker_wake_at = fut.retry_at
-                self._wake.set()
-            return
-        if fut._event is not None or fut._callbacks is not None:
-            self._settled_locked(fut)
-        if self._room_armed:
-            if len(window.pending) + len(window.retrying) <= window.resume_level:
-                self._room_armed = False
-                self._cond.notify_all()
-        elif self._complete_armed and not window.pending and not window.retrying:
-            self._complete_armed = False
-            self._cond.notify_all()
-
-    def _settled_locked(self, fut: PubAckFuture) -> None:
-        event = fut._event
-        if event is not None:
-            event.set()
-        if fut._callbacks is not None:
-            self._callbacks_due.append(fut)
-            self._wake.set()
-
-    def _settle_all_locked(self, futures: list[PubAckFuture]) -> None:
-        for fut in futures:
-            if fut._event is not None or fut._callbacks is not None:
-                self._settled_locked(fut)
-        if futures:
-            self._notify_waiters_locked()
-
-    def _notify_waiters_locked(self) -> None:
-        if self._room_armed or self._complete_armed:
-            self._room_armed = self._complete_armed = False
-            self._cond.notify_all()
-
-    def _ack_sub_ended(self, sub: _AckSubscription, error: BaseException | None) -> None:
-        """The PubAck subscription ended (client closing or draining, or the server refused
-        it): the acks of what is in flight cannot arrive any more."""
-        if self._sub is not sub:
-            return
-        self._sub = None
-        cause = error or ConnectionClosedError("the PubAck subscription ended")
-        for waiter in self._sync.values():
-            waiter.error = cause
-            waiter.lock.release()
-        self._sync.clear()
-        settled = self._window.close(cause)
-        self._settle_all_locked(settled)
-        self._notify_waiters_locked()
-        self._wake.set()
-
-    def _send_locked(self, futures: list[PubAckFuture]) -> list[PubAckFuture]:
-        """Write the frames of re-armed entries again; returns those the transport refused
-        (settled as ambiguous)."""
-        conn = self._conn
-        nc = self._nc
-        failed: list[PubAckFuture] = []
-        for fut in futures:
-            try:
-                conn._publish_checked(fut.subject, fut.payload, None, fut.headers, self._prefix_b + fut.token.encode())
-            except NatsError as exc:
-                err = PubAckTimeoutError(
-                    f"could not send the publish to {fut.subject!r} again ({exc}): it may or may not be stored"
-                )
-                err.__cause__ = exc
-                self._window.fail(fut, err)
-                failed.append(fut)
-        if futures and nc._io_idle:
-            nc._io_idle = False
-            nc._poke()
-        return failed
-
-    # ------------------------------------------------------------------ the worker thread
-
-    def _on_client_event(self, event: Any) -> None:
-        """Internal listener (see ``Client._listeners``): never blocks, takes no lock."""
-        if isinstance(event, (ev.Disconnected, ev.Reconnected, ev.Closed)):
-            self._wake.set()
-
-    def _run_worker(self) -> None:
-        wake = self._wake
-        me = threading.current_thread()
-        idle_since = _monotonic()
-        timeout: float | None = 0.0
+    def _run_callbacks(self) -> None:
+        """The callback thread: runs done-callbacks as the I/O thread hands settled futures
+        over; ends when none came for a while."""
+        q = self._callbacks_q
         while True:
-            if timeout is None or timeout > 0:
-                wake.wait(timeout)
-            wake.clear()
+            try:
+                fut = q.get(timeout=_CALLBACK_IDLE_EXIT)
+            except queue.Empty:
+                with self._lock:
+                    if q.empty():
+                        if self._callback_thread is threading.current_thread():
+                            self._callback_thread = None
+                        return
+                continue
+            if fut is None:
+                return
             with self._lock:
-                now = _monotonic()
-                stop = self._tick_locked(now)
-                due = self._callbacks_due
-                self._callbacks_due = []
-                window = self._window
-                if len(window) or due:
-                    idle_since = now
-                elif not stop and now - idle_since >= _WORKER_IDLE_EXIT:
-                    stop = True
-                if stop:
-                    if self._worker is me:
-                        self._worker = None
-                else:
-                    wake_at = window.next_deadline()
-                    if len(window):
-                        tick = now + _WORKER_TICK
-                        wake_at = tick if wake_at is None or tick < wake_at else wake_at
-                    else:
-                        idle_at = idle_since + _WORKER_IDLE_EXIT
-                        wake_at = idle_at if wake_at is None or idle_at < wake_at else wake_at
-                    self._worker_wake_at = wake_at
-                    timeout = max(0.0, wake_at - now)
-            for fut in due:
                 callbacks = fut._callbacks or []
                 fut._callbacks = None
-                for fn in callbacks:
-                    _run_callback(fn, fut)
-            if stop:
-                return
-
-    def _tick_locked(self, now: float) -> bool:
-        """The worker's turn: the connection, deadlines, retries. True: the worker should end."""
-        window = self._window
-        conn = self._conn
-        settled: list[PubAckFuture] = []
-        if conn.is_closed:
-            settled = window.close(self._nc.last_error)
-            self._settle_all_locked(settled)
-            self._notify_waiters_locked()
-            return True
-        gen = conn.stats.reconnects
-        connected = conn.state is _CONNECTED
-        if connected:
-            if gen > window.gen or not window.connected:
-                lost, resend = window.reconnected(gen, now)
-                settled.extend(lost)
-                settled.extend(self._send_locked(resend))
-        elif window.connected:
-            settled.extend(window.connection_lost(gen))
-        expired, resend = window.handle_timeout(now, gen if connected else gen + 1)
-        settled.extend(expired)
-        settled.extend(self._send_locked(resend))
-        self._settle_all_locked(settled)
-        if self._room_armed and window.has_room:
-            self._notify_waiters_locked()
-        return False
+            for fn in callbacks:
+                _run_callback(fn, fut)
 
 
 def _check_timeout(timeout: float) -> float:

@@ -500,7 +500,10 @@ def test_cluster_stream_leader_killed_ledger(nats_cluster_factory: Callable[...,
         c.close()
 
 
-def test_worker_thread_ends_with_the_client(nats_url: str) -> None:
+def test_no_publish_thread_and_the_callback_thread_ends_with_the_client(nats_url: str) -> None:
+    """Acks, deadlines and re-sends run on the I/O thread: publishing starts no thread of its
+    own. Done-callbacks run on one callback thread, which ends when the client closes."""
+
     def workers() -> list[threading.Thread]:
         return [t for t in threading.enumerate() if t.name == "jssync-js-publish"]
 
@@ -510,7 +513,15 @@ def test_worker_thread_ends_with_the_client(nats_url: str) -> None:
     create_stream(c, name, subjects=[f"{name.lower()}.>"])
     js = c.jetstream()
     js.publish_async(f"{name.lower()}.a", b"x").result(timeout=5)
-    assert len(workers()) == before + 1
+    assert len(workers()) == before
+    ran: list[int] = []
+    futures = [js.publish_async(f"{name.lower()}.a", b"%d" % i) for i in range(200)]
+    for i, f in enumerate(futures):
+        f.add_done_callback(lambda _f, i=i: ran.append(i))
+    js.publish_async_complete(timeout=10)
+    assert wait_until(lambda: len(ran) == 200, timeout=5), len(ran)
+    assert sorted(ran) == list(range(200))
+    assert len(workers()) <= before + 1
     delete_stream(c, name)
     c.close()
     assert wait_until(lambda: len(workers()) == before, timeout=3)
