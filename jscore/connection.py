@@ -53,6 +53,7 @@ from .protocol import (
     check_publish_subject,
     check_queue_group,
     check_subscribe_subject,
+    encode_pub,
     encode_connect,
     encode_sub,
     encode_unsub,
@@ -493,6 +494,20 @@ class Connection:
             self.msgs_out += count
             return True
         return False
+
+    def publish_ack(self, subject: str, payload: bytes) -> None:
+        """Publish to a reply subject the SERVER gave (an ack subject): it came out of the
+        parser as one whitespace-free token, so it is not validated again nor remembered in the
+        subject cache (every ack subject is new)."""
+        if len(payload) > self.max_payload:
+            raise MaxPayloadError(f"payload of {len(payload)} bytes > max_payload {self.max_payload}")
+        frame = encode_pub(subject.encode(), None, payload)
+        if self.state is State.CONNECTED:
+            self._out.append(frame)
+            self.out_bytes += len(frame)
+        else:
+            self._buffer(frame)
+        self.msgs_out += 1
 
     def publish_inbox(self, subject: str, payload: bytes, reply: bytes, headers: HeadersInput | None = None) -> None:
         """:meth:`publish` with a reply subject built from an inbox prefix this machine gave

@@ -33,6 +33,7 @@ from typing import Final
 import msgspec
 
 from .errors import InvalidOptionError, MsgAlreadyAckedError, NotJetStreamMessageError
+from .machine import ConnectionClosed, Stop
 
 __all__ = [
     "SequencePair",
@@ -364,3 +365,69 @@ class AckTracker:
 
     def __repr__(self) -> str:
         return f"AckTracker(state={self.state})"
+
+
+# ============================================================================ auto progress
+
+
+class HandlerStarted(msgspec.Struct, frozen=True, kw_only=True):
+    """Auto progress: a handler began with the message whose ack subject is ``reply``."""
+
+    reply: str
+
+
+class HandlerFinished(msgspec.Struct, frozen=True, kw_only=True):
+    """Auto progress: the handler returned (whatever it did with the message)."""
+
+
+class ProgressRequested(msgspec.Struct, frozen=True, kw_only=True):
+    """Publish ``+WPI`` to ``reply``: the message's handler is still running."""
+
+    reply: str
+
+
+class ProgressMachine:
+    """Auto progress of a consume (a session sub-machine with no inbox): while a handler runs
+    longer than ``interval`` seconds, a ``+WPI`` goes to its message's ack subject every
+    ``interval`` seconds, so the server does not redeliver it (``interval`` is a fraction of the
+    consumer's ack_wait). A ``+WPI`` after the handler acked is ignored by the server."""
+
+    def __init__(self, interval: float) -> None:
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not (
+            math.isfinite(interval) and interval > 0
+        ):
+            raise InvalidOptionError(f"the progress interval must be > 0 seconds, got {interval!r}")
+        self.interval = float(interval)
+        self._reply: str | None = None
+        self._due: float | None = None
+        self._events: list[ProgressRequested] = []
+        self.finished = False
+        self.sent = 0
+
+    def receive_msg(self, msg: object, now: float) -> None:
+        """(no inbox: never called)"""
+
+    def handle(self, command: object, now: float) -> None:
+        if isinstance(command, HandlerStarted):
+            self._reply = command.reply
+            self._due = now + self.interval
+        elif isinstance(command, HandlerFinished):
+            self._reply = self._due = None
+        elif isinstance(command, (Stop, ConnectionClosed)):
+            self.finished = True
+            self._reply = self._due = None
+        # ConnectionLost / ConnectionRestored: the timer goes on (a +WPI while disconnected
+        # is buffered and sent on reconnect; the ack subject stays valid)
+
+    def handle_timeout(self, now: float) -> None:
+        if self._due is not None and now >= self._due and self._reply is not None:
+            self._events.append(ProgressRequested(reply=self._reply))
+            self.sent += 1
+            self._due = now + self.interval
+
+    def next_deadline(self) -> float | None:
+        return None if self.finished else self._due
+
+    def drain_events(self) -> list[ProgressRequested]:
+        events, self._events = self._events, []
+        return events

@@ -37,6 +37,7 @@ from .directget import DirectGetRequested
 from .errors import ConnectionClosedError, LocalProtocolError, NatsError
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, MachineFailed, SubMachine
 from .protocol import MsgReceived
+from .jsmsg import WPI, ProgressRequested
 from .pubmachines import FramesRequested, PublishRequested, SendFailed
 from .pull import Drain, FlowControlReplyRequested, PullRequested
 
@@ -100,6 +101,7 @@ class Session:
         self._ends: dict[int, Ended] = {}  # sid -> what to call when the subscription ends
         self._heap: list[tuple[float, int]] = []  # (deadline, slot id); stale entries skipped
         self._dirty: list[_Slot] = []  # slots whose deadline may have changed
+        self._stale = False  # a slot ended: its heap entry may be at the top
         self._events: deque[ev.Event] = deque()
         self._next_slot = 1
         # Frames sub-machines ask for, written by the session: event class -> writer.
@@ -109,6 +111,7 @@ class Session:
             DirectGetRequested: self._write_direct_get,
             PublishRequested: self._write_publish,
             FramesRequested: self._write_frames,
+            ProgressRequested: self._write_progress,
         }
 
     # ================================================================== the core contract
@@ -305,10 +308,9 @@ class Session:
     def _refresh(self) -> None:
         """Re-read the deadline of every machine touched since the last refresh."""
         dirty = self._dirty
-        if not dirty:
-            return
         heap = self._heap
         slots = self._slots
+        self._stale = False
         for slot in dirty:
             slot.dirty = False
             if slot.id not in slots:
@@ -339,6 +341,7 @@ class Session:
     def _end(self, slot: _Slot) -> None:
         self._slots.pop(slot.id, None)
         slot.deadline = None
+        self._stale = True
         self._close_inbox(slot)
 
     def _close_inbox(self, slot: _Slot) -> None:
@@ -385,6 +388,12 @@ class Session:
             self._mark(slot)
             slot.machine.handle(SendFailed(entry=entry, error=exc), 0.0)
             self._after(slot)
+
+    def _write_progress(self, slot: _Slot, e: ProgressRequested) -> None:
+        try:
+            self.conn.publish_ack(e.reply, WPI)
+        except NatsError:
+            pass  # the connection is gone for good: nothing to extend
 
     def _write_frames(self, slot: _Slot, e: FramesRequested) -> None:
         self.conn.publish_frames(e.data, e.count)  # (not connected: the machine re-sends later)
@@ -449,7 +458,7 @@ class Session:
             if cls in _CONNECTION_CHANGES and self._slots:
                 self._tell_all(e, now)
             out.append(e)
-        if self._dirty:
+        if self._dirty or self._stale:
             self._refresh()
 
     def _tell_all(self, e: Any, now: float) -> None:

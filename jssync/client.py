@@ -1014,12 +1014,15 @@ class Shell:
     :meth:`command_locked`; the I/O thread drives its timers and feeds it its messages.
     """
 
-    __slots__ = ("_client", "lock", "session")
+    __slots__ = ("_client", "lock", "session", "publish_to_reply")
 
     def __init__(self, client: Client) -> None:
         self._client = client
         self.lock = client._lock
         self.session = client._session
+        # Publish to a reply subject the server gave us (an ack subject); see
+        # ``Client._publish_to_reply``. (A bound method kept here: acks are a hot path.)
+        self.publish_to_reply: Callable[[str, bytes, bool], None] = client._publish_to_reply
 
     @property
     def client(self) -> Client:
@@ -1081,10 +1084,6 @@ class Shell:
     def wake_locked(self) -> None:
         """Make the I/O thread look at the session (new output, an earlier deadline)."""
         self._client._wake_locked()
-
-    def publish_to_reply(self, subject: str, payload: bytes, defer: bool = False) -> None:
-        """Publish to a reply subject the server gave us (an ack subject)."""
-        self._client._publish_to_reply(subject, payload, defer)
 
     @property
     def has_deferred(self) -> bool:

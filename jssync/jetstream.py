@@ -44,6 +44,7 @@ from jscore.models import (
     decode_response,
 )
 
+from .client import shell_of
 from .consumer import Consumer
 from .ordered import OrderedConsumer, ordered_options
 from .stream import Stream
@@ -344,7 +345,7 @@ class JetStream:
         if p is None:
             from .publish import Publisher
 
-            with self._nc._lock:  # one Publisher (one async window) per context, even when racing
+            with shell_of(self._nc).lock:  # one Publisher (one async window) per context, even when racing
                 p = self._publisher
                 if p is None:
                     p = self._publisher = Publisher(self)

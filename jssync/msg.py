@@ -11,6 +11,8 @@ from jscore.headers import Headers, HeadersInput
 from jscore.jsmsg import MsgMetadata
 from jscore.protocol import MsgReceived
 
+from . import client as _clientmod  # (a module reference: client.py imports this module first)
+
 if TYPE_CHECKING:
     from .client import Client
 
@@ -145,7 +147,7 @@ class JsMsg(Msg):
             raise MsgAlreadyAckedError("a terminal acknowledgement was already sent for this message")
         self._ack_state = _ACK_DONE if terminal else _ACK_PROGRESS
         try:
-            client._publish_to_reply(reply, body, getattr(_ack_defer, "on", False))
+            _clientmod.shell_of(client).publish_to_reply(reply, body, getattr(_ack_defer, "on", False))
         except BaseException:
             self._ack_state = before
             raise

@@ -38,7 +38,8 @@ from jscore.errors import (
     StreamNotFoundError,
     TimeoutError,
 )
-from jscore.machine import MachineFailed
+from jscore.jsmsg import HandlerFinished, HandlerStarted, ProgressMachine
+from jscore.machine import MachineFailed, Stop
 
 from .client import shell_of
 from .events import CallbackError
@@ -58,6 +59,11 @@ _monotonic: Final = time.monotonic
 _SAFETY: Final = 5.0
 # The longest a consume handler's ack waits to be written with others (see ConsumeContext._run).
 _ACK_DELAY: Final = 0.002
+HANDLER_FINISHED: Final = HandlerFinished()
+
+
+def _ignore(event: Any) -> None:
+    """The sink of a machine whose events are all written by the session."""
 
 
 class _End:
@@ -400,7 +406,7 @@ class ConsumeContext:
         self._taker = _Taker(driver, opts)
         self._stopped = False
         self._handler_lock = threading.Lock()
-        self._current: tuple[JsMsg, float] | None = None  # the message being handled, since when
+        self._progress_slot = 0  # auto_progress: the slot of its timer machine on the session
         self._closed = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"jssync-consume-{driver._consumer.name}", daemon=True
@@ -437,12 +443,15 @@ class ConsumeContext:
                         flushed = _monotonic()
                     with hlock:
                         if not self._stopped:
-                            self._current = (item, _monotonic())
+                            progress = self._progress_slot
+                            if progress:
+                                self._progress(HandlerStarted(reply=item.reply or ""))
                             try:
                                 handler(item)
                             except Exception as exc:  # noqa: BLE001 - reported, the consume goes on
                                 self._report(CallbackError(subject=item.subject, error=exc))
-                            self._current = None
+                            if progress:
+                                self._progress(HANDLER_FINISHED)
                     # The handler's acks were queued without waking the I/O thread; they leave
                     # with the next take report, or after 2 ms at the latest.
                     if shell.has_deferred:
@@ -458,32 +467,22 @@ class ConsumeContext:
                     self._report(item)
         finally:
             taker.flush()
+            if self._progress_slot:
+                self._progress(Stop())
             self._closed.set()
 
     def _start_progress(self, interval: float) -> None:
-        """auto_progress: a watcher sends ``+WPI`` for a message whose handler has run for
-        ``interval`` seconds (a fraction of ack_wait), and again every ``interval``."""
+        """auto_progress: a core timer (:class:`jscore.jsmsg.ProgressMachine`, fired by the I/O
+        thread) sends ``+WPI`` for a message whose handler has run for ``interval`` seconds (a
+        fraction of ack_wait), and again every ``interval``."""
+        shell = self._driver._shell
+        with shell.lock:
+            self._progress_slot = shell.attach_locked(ProgressMachine(interval), _ignore, inbox=False)
 
-        def watch() -> None:
-            step = max(0.01, interval / 4)
-            last: tuple[JsMsg, float] | None = None
-            while not self._closed.wait(step):
-                cur = self._current
-                if cur is None:
-                    continue
-                msg, since = cur
-                if last is not None and last[0] is msg:
-                    since = last[1]
-                now = _monotonic()
-                if now - since >= interval:
-                    try:
-                        if not msg.acked:
-                            msg.in_progress()
-                    except NatsError:
-                        pass  # acked meanwhile, or the connection is gone: nothing to extend
-                    last = (msg, now)
-
-        threading.Thread(target=watch, name="jssync-consume-progress", daemon=True).start()
+    def _progress(self, command: Any) -> None:
+        shell = self._driver._shell
+        with shell.lock:
+            shell.command_locked(self._progress_slot, command, kick=True)
 
     def _report(self, event: Any) -> None:
         cb = self._on_event
