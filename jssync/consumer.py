@@ -95,8 +95,11 @@ class Consumer:
         30 s, except with ``no_wait``: then the pull is sent without expires (``{"batch": n,
         "no_wait": true}``) and the server answers at once.
         """
-        return _pull.fetch(self, max_messages, max_bytes, expires, heartbeat, no_wait,
-                           group, min_pending, min_ack_pending, priority)
+        return _pull.fetch(
+            self, max_messages=max_messages, max_bytes=max_bytes, expires=expires, heartbeat=heartbeat,
+            no_wait=no_wait, group=group, min_pending=min_pending, min_ack_pending=min_ack_pending,
+            priority=priority,
+        )
 
     def next(
         self,
@@ -110,7 +113,10 @@ class Consumer:
     ) -> JsMsg:
         """The next message (a fetch of 1 that expires after ``timeout`` seconds):
         :class:`NoMessagesError` (a TimeoutError) when none came."""
-        return _pull.next_msg(self, timeout, heartbeat, group, min_pending, min_ack_pending, priority)
+        return _pull.next_msg(
+            self, timeout, heartbeat=heartbeat, group=group, min_pending=min_pending,
+            min_ack_pending=min_ack_pending, priority=priority,
+        )
 
     def consume(
         self,

@@ -203,46 +203,20 @@ class _FetchDriver(_Driver):
     _group: str | None = None
 
 
-def fetch(
-    consumer: Consumer,
-    max_messages: int | None,
-    max_bytes: int | None,
-    expires: float | None,
-    heartbeat: float | None,
-    no_wait: bool,
-    group: str | None,
-    min_pending: int | None,
-    min_ack_pending: int | None,
-    priority: int | None,
-) -> FetchResult:
-    opts = P.resolve_fetch_options(
-        max_messages=max_messages,
-        max_bytes=max_bytes,
-        expires=expires,
-        heartbeat=heartbeat,
-        no_wait=no_wait,
-        group=group,
-        min_pending=min_pending,
-        min_ack_pending=min_ack_pending,
-        priority=priority,
-        pin_id=consumer._pins.get(group) if group is not None else None,
-    )
+def fetch(consumer: Consumer, **options: Any) -> FetchResult:
+    """``Consumer.fetch``: ``options`` are the keywords of
+    :func:`jscore.pull.resolve_fetch_options`, handed over unchanged."""
+    group = options.get("group")
+    opts = P.resolve_fetch_options(pin_id=consumer._pins.get(group) if group is not None else None, **options)
     driver = _FetchDriver(consumer, P.FetchMachine(opts, _monotonic()))
     driver._group = group
     driver._start()
     return FetchResult(driver, opts.client_timeout)
 
 
-def next_msg(
-    consumer: Consumer,
-    timeout: float,
-    heartbeat: float | None,
-    group: str | None,
-    min_pending: int | None,
-    min_ack_pending: int | None,
-    priority: int | None,
-) -> JsMsg:
-    result = fetch(consumer, 1, None, timeout, heartbeat, False, group, min_pending, min_ack_pending, priority)
+def next_msg(consumer: Consumer, timeout: float, **options: Any) -> JsMsg:
+    """``Consumer.next``: a fetch of 1 that expires after ``timeout``."""
+    result = fetch(consumer, max_messages=1, expires=timeout, **options)
     for msg in result:
         return msg
     if result.error is not None:
@@ -321,35 +295,13 @@ class _ConsumeDriver(_Driver):
             self._command(P.Drain())
 
 
-def _consume_options(
-    max_messages: int | None,
-    max_bytes: int | None,
-    expires: float | None,
-    heartbeat: float | None,
-    threshold_messages: int | None,
-    threshold_bytes: int | None,
-    group: str | None,
-    min_pending: int | None,
-    min_ack_pending: int | None,
-    priority: int | None,
-    pin_id: str | None,
-) -> P.ConsumeOptions:
-    return P.resolve_consume_options(
-        max_messages=max_messages,
-        max_bytes=max_bytes,
-        expires=30.0 if expires is None else expires,
-        heartbeat=heartbeat,
-        threshold_messages=threshold_messages,
-        threshold_bytes=threshold_bytes,
-        group=group,
-        min_pending=min_pending,
-        min_ack_pending=min_ack_pending,
-        priority=priority,
-        pin_id=pin_id,
-        # After K 503s in a row the machine asks us to check the consumer (_ConsumeDriver._verify)
-        # instead of ending: a cluster without quorum or electing a leader is not a lost consumer.
-        no_responders_check=True,
-    )
+def _consume_options(**options: Any) -> P.ConsumeOptions:
+    """``options`` are the keywords of :func:`jscore.pull.resolve_consume_options`."""
+    if options.get("expires") is None:
+        options["expires"] = 30.0
+    # After K 503s in a row the machine asks us to check the consumer (_ConsumeDriver._verify)
+    # instead of ending: a cluster without quorum or electing a leader is not a lost consumer.
+    return P.resolve_consume_options(no_responders_check=True, **options)
 
 
 class _Taker:
