@@ -125,17 +125,26 @@ def sweep(now: float | None = None) -> int:
     return len(victims)
 
 
+def _next_expiry_locked(st: _State) -> float | None:
+    """When the first idle client (no lease) becomes evictable, if any is idle."""
+    due = [e.last_used + IDLE_TIMEOUT for e in st.entries.values() if e.leases <= 0]
+    return min(due) if due else None
+
+
 def _run_sweeper(st: _State) -> None:
+    """Sleeps until the first idle client's eviction time (or until a lease is given back or
+    the cache is cleared), evicts what is due, and ends when the cache is empty."""
     while True:
-        st.wake.wait(max(1.0, IDLE_TIMEOUT / 4))
-        st.wake.clear()
-        if st is not _state:  # forked / reset
-            return
-        sweep()
         with st.lock:
             if not st.entries:
                 st.sweeper = None
                 return
+            due = _next_expiry_locked(st)
+        st.wake.wait(None if due is None else max(0.0, due - _now()) + 0.05)
+        st.wake.clear()
+        if st is not _state:  # forked / reset
+            return
+        sweep()
 
 
 def _ensure_sweeper_locked(st: _State) -> None:
@@ -204,6 +213,8 @@ def release(config: NatsConfig, client: Client) -> None:
         if entry is not None and entry.client is client:
             entry.leases = max(0, entry.leases - 1)
             entry.last_used = _now()
+            if entry.leases == 0:
+                st.wake.set()  # (a new idle client: the sweeper recomputes when to wake)
 
 
 @contextlib.contextmanager

@@ -296,6 +296,24 @@ def test_cache_sweeper_thread_closes_idle_clients(monkeypatch: pytest.MonkeyPatc
     assert c.is_closed and _cache.cached_configs() == []
 
 
+def test_cache_sweeper_sleeps_until_the_first_eviction_is_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No tick: a leased client stays however long; given back, it is evicted about IDLE_TIMEOUT
+    later (the sweeper is woken by the release and sleeps until then)."""
+    _cache.close_all()
+    monkeypatch.setattr(NatsConfig, "connect", lambda self: FakeClient(self))
+    monkeypatch.setattr(_cache, "IDLE_TIMEOUT", 0.3)
+    c = _cache.acquire(A)
+    time.sleep(0.8)
+    assert not c.is_closed, "a leased client was evicted"
+    released = time.monotonic()
+    _cache.release(A, c)
+    deadline = released + 5
+    while not c.is_closed and time.monotonic() < deadline:
+        time.sleep(0.02)
+    took = time.monotonic() - released
+    assert c.is_closed and 0.25 <= took < 2.0, took
+
+
 # --------------------------------------------------------------------------- writing (real server)
 
 
