@@ -1060,10 +1060,15 @@ class Shell:
         else:
             self._client._wake_locked()
 
-    def touch_locked(self, slot: int) -> None:
+    def touch_locked(self, slot: int, *, wake: bool = True) -> None:
         """A publishing thread changed a machine's window directly: let the session re-read
-        its deadline (and wake the I/O thread if it is earlier)."""
+        its deadline, and wake the I/O thread if it is earlier than the one it sleeps to (not
+        with ``wake=False``: for a deadline that is only a backstop of the caller's own wait,
+        the I/O thread picks it up when it next wakes)."""
         session = self.session
+        if not wake:
+            session.touch(slot)
+            return
         before = session.next_deadline()
         session.touch(slot)
         self._earlier(before)

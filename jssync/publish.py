@@ -341,9 +341,10 @@ class Publisher:
             except BaseException:
                 window.remove(token)
                 raise
-            if first:
-                shell.touch_locked(self._slot)
             shell.kick_locked()
+            if first:
+                # (the caller's own wait enforces its timeout: no need to wake the I/O thread)
+                shell.touch_locked(self._slot, wake=False)
         if not entry.lock.acquire(True, t):
             with self._lock:
                 timed_out = entry.outcome is PENDING
