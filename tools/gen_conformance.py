@@ -99,7 +99,7 @@ def _direct_code(rule: directget.DirectStatusRule) -> str:
 
 def _direct_error(rule: directget.DirectStatusRule) -> str:
     name = (rule.error or JetStreamAPIError).__name__
-    return f"`{name}`" + (f" (err_code {rule.err_code})" if rule.err_code else "")
+    return f"`{name}`" + (f" (err_code {rule.reports_err_code})" if rule.reports_err_code else "")
 
 
 def _direct_single(rule: directget.DirectStatusRule) -> str:
