@@ -46,17 +46,14 @@ from typing import Final, Union
 
 from . import status as _status
 from .errors import (
-    BadRequestError,
     BatchGapError,
     BatchGetUnsupportedError,
     DirectGetNoRespondersError,
     InvalidOptionError,
     JetStreamAPIError,
     JetStreamError,
-    MsgNotFoundError,
     NatsError,
     TimeoutError,
-    TooManySubjectsError,
 )
 from .headers import Headers
 from .jsapi import _check_seq, _DirectGetRequest, check_filter_subject, stored_msg_from_direct

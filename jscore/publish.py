@@ -285,7 +285,7 @@ def classify_reply(
             error = JetStreamError(f"unexpected status {status} in reply to {what}")
         return Reply(None, rule.publish, error)
     try:
-        ack = decode_pub_ack(data)
+        ack = decode_ack(data)  # (a plain PubAck decodes on the fast path)
     except JetStreamAPIError as exc:
         rule = _status.classify_api_error(_PUBLISH, exc.err_code, exc.code, exc.description)
         return Reply(None, rule.publish, exc)

@@ -37,11 +37,8 @@ from jscore import events as ev
 from jscore.connection import State
 from jscore.errors import (
     ConnectionClosedError,
-    DuplicateMsgIdInProcessError,
     InvalidOptionError,
     NatsError,
-    NoRespondersError,
-    NoStreamResponseError,
     PubAckTimeoutError,
     TimeoutError,
     TooManyStalledMsgsError,
@@ -53,10 +50,12 @@ from jscore.publish import (
     MSG_ID,
     PENDING,
     PendingPublish,
+    PublishPolicy,
     PublishWindow,
+    Trouble,
     WindowStats,
     check_msg_id,
-    decode_ack,
+    classify_reply,
     publish_headers,
 )
 
@@ -316,11 +315,14 @@ class Publisher:
     ) -> PubAck:
         """Publish and wait for the PubAck (see the module docstring for the outcomes).
 
-        A "no responders" answer (no stream captures the subject yet, or its leader is being
-        elected) and a 10158 "duplicate message id is in process" are sent again
-        ``retry_attempts`` times, ``retry_wait`` apart, within ``timeout``. Everything else is
-        final: an API error is raised at once, never retried.
+        What a reply means and whether the publish is sent again is the core's publish-outcome
+        policy (:class:`jscore.publish.PublishPolicy`, shared with ``publish_async`` and the bulk
+        writer): a "no responders" answer (no stream captures the subject yet, or its leader is
+        being elected) is sent again, and so are 10158 "in process" and 10008 "temporarily
+        unavailable" when the publish has a msg id, with backoff from ``retry_wait``, within
+        ``timeout``. Any other error answer is final and raised at once.
         """
+        mid: str | None = None
         if (
             msg_id is None
             and expected_stream is None
@@ -331,8 +333,10 @@ class Publisher:
             and ttl is None
         ):
             hdrs = headers
+            if headers is not None:
+                mid = Headers(headers).get(MSG_ID) or None
         else:
-            hdrs, _ = publish_headers(
+            hdrs, mid = publish_headers(
                 headers,
                 msg_id=msg_id,
                 expected_stream=expected_stream,
@@ -348,9 +352,14 @@ class Publisher:
         conn = self._conn
         window = self._window
         deadline = _monotonic() + t
-        attempts = 0
+        trouble: Trouble | None = None
+        policy: PublishPolicy | None = None
         while True:
             if nc.is_closed:
+                if trouble is not None and trouble.maybe_stored:
+                    raise PubAckTimeoutError(
+                        f"the connection closed while re-sending the publish to {subject!r}: it may or may not be stored"
+                    )
                 raise ConnectionClosedError("the connection is closed; nothing was published")
             # The PubAck comes back on the context's PubAck inbox (the same wildcard subscription
             # as the async acks, tokens "s<n>"), where the I/O thread releases our lock.
@@ -382,21 +391,26 @@ class Publisher:
                 raise PubAckTimeoutError(
                     f"the connection closed before the PubAck for {subject!r} arrived: it may or may not be stored"
                 ) from waiter.error
-            if m.status == 503 and not m.data:
-                error: NatsError = NoStreamResponseError(
-                    f"no stream answered the publish to {subject!r} (503 no responders): nothing was stored"
+            reply = classify_reply(m.data, m.status, m.description, subject)
+            if reply.ack is not None:
+                return reply.ack
+            # Not stored (yet): the core's policy decides, within this call's timeout.
+            now = _monotonic()
+            if trouble is None or policy is None:
+                trouble = Trouble()
+                policy = PublishPolicy(
+                    budget=PublishPolicy.default_budget(t, window.retry_attempts), retry_wait=window.retry_wait
                 )
-            else:
-                try:
-                    return decode_ack(m.data)
-                except DuplicateMsgIdInProcessError as exc:
-                    error = exc
-            # retryable: no responders, or the same msg id in process
-            wait = window.retry_wait
-            if attempts >= window.retry_attempts or _monotonic() + wait >= deadline:
-                raise error
-            attempts += 1
-            time.sleep(wait)
+            decision = policy.on_reply(
+                trouble, reply.disposition, reply.error, msg_id=mid is not None, now=now, subject=subject
+            )
+            if decision.outcome is PENDING:
+                if decision.at < deadline:
+                    time.sleep(decision.at - now)
+                    continue
+                decision = policy.give_up(trouble, reply.disposition, reply.error, subject)
+            assert decision.error is not None
+            raise decision.error
 
     # ------------------------------------------------------------------ asynchronous publish
 
