@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from jscore import jsapi
+from jscore import jsapi, status
 from jscore.errors import (
     InvalidOptionError,
     JetStreamError,
-    JetStreamNotEnabledError,
     NoRespondersError,
     StreamNotFoundError,
 )
@@ -114,13 +113,10 @@ class JetStream:
         JetStream is not enabled (or not reachable) for this account/domain/prefix."""
         try:
             return self._nc.request(subject, payload, timeout=timeout if timeout is not None else self.timeout)
-        except NoRespondersError as exc:
-            raise JetStreamNotEnabledError(
-                503,
-                0,
-                f"JetStream not available: no responders on {subject!r} "
-                "(JetStream not enabled, or wrong domain / api_prefix)",
-            ) from exc
+        except NoRespondersError as exc:  # (the request's 503: what it means for the API is in the status table)
+            error = status.request_error(status.Context.API, 503, None, subject)
+            assert error is not None
+            raise error from exc
 
     def _api(self, suffix: str, payload: bytes = b"", *, timeout: float | None = None) -> bytes:
         """One JetStream API request on ``<api_prefix><suffix>``; returns the raw reply body."""
