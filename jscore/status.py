@@ -67,6 +67,7 @@ from .errors import (
 __all__ = [
     "Family",
     "Context",
+    "FAMILY_CONTEXTS",
     "Line",
     "Disposition",
     "DISPOSITION_TEXT",
@@ -74,6 +75,7 @@ __all__ = [
     "StatusRule",
     "STATUS_TABLE",
     "rules",
+    "family_rules",
     "by_code",
     "catch_all",
     "classify",
@@ -429,8 +431,8 @@ STATUS_TABLE: Final[tuple[StatusRule, ...]] = (
     _publish_error(10077, "", D.REFUSED, StoreFailedError,
                    "Any other store failure (code 503): reported with the store's text."),
     _publish_error(None, "", D.RESEND_WITH_MSG_ID, None,
-                   "Any other API error with code 503 (no leader, no quorum, not current): taken as "
-                   "transient, as the bulk writer always did; the message was not stored.",
+                   "Any other API error with code 503 (no leader, no quorum, not current): "
+                   "transient; the message was not stored.",
                    code=503),
     _publish_error(None, "", D.REFUSED, None,
                    "Any other API error (e.g. 10071 wrong last sequence, 10060 expected stream, "
