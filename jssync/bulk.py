@@ -7,9 +7,9 @@ writes them itself when the I/O thread is idle. The I/O thread settles each PubA
 client lock (a dict pop and a decode, see :class:`jscore.publish.FrameWindow`); no future, no
 callback and no thread hand-off per message.
 
-Whatever is ambiguous is written again as the same frame: a batch with no PubAck after
-``ack_timeout``, 503 no responders, 10158 "in process", and everything in flight after a
-reconnect. The stream's duplicate window (or, in subject mode, the per-subject limit) keeps it
+Whatever is ambiguous or transient is written again as the same frame (the core's
+:class:`jscore.publish.PublishPolicy`): a batch with no PubAck after ``ack_timeout``, 503 no
+responders, 10008, 10158 "in process", and everything in flight after a reconnect. The stream's duplicate window (or, in subject mode, the per-subject limit) keeps it
 stored once. The writer thread does this work itself, when it sends or waits: there is no worker
 thread. :meth:`BulkPublisher.finish` returns only once every message is settled; the first
 definite refusal is raised (:attr:`FrameWindow.failure`).

@@ -360,8 +360,9 @@ class JetStream:
     ) -> None:
         """Publishing settings of this context (see :meth:`jssync.publish.Publisher.configure`):
         ``max_pending`` async publishes in flight (4000), their ``ack_timeout`` (the context's
-        timeout), the no-responders ``retry_attempts`` (2) ``retry_wait`` (0.25 s) apart, and
-        ``auto_msg_id`` (a msg id for every async publish, so all are re-sent after a reconnect)."""
+        timeout), the re-send budget ``ack_timeout * (retry_attempts + 1)`` (``retry_attempts``
+        2) with re-sends backing off from ``retry_wait`` (0.25 s), and ``auto_msg_id`` (a msg id
+        for every async publish, so all are re-sent after a reconnect)."""
         self._pub().configure(
             max_pending=max_pending,
             ack_timeout=ack_timeout,

@@ -5,14 +5,16 @@
   for the I/O thread to hand it the reply; it keeps the three outcomes apart: a
   :class:`~jscore.models.PubAck` (stored, or ``duplicate=True``), a definite failure (the typed
   :class:`~jscore.errors.JetStreamAPIError`, or :class:`~jscore.errors.NoStreamResponseError`
-  after the no-responders retries: nothing stored), and the ambiguous
-  :class:`~jscore.errors.PubAckTimeoutError` (no ack in time: maybe stored).
+  when no stream answered within the call's timeout: nothing stored), and the ambiguous
+  :class:`~jscore.errors.PubAckTimeoutError` (no ack in time: maybe stored). What a reply means
+  and when a publish is sent again is the core's :class:`jscore.publish.PublishPolicy`, the
+  same for all three publishers (sync, async, bulk).
 * ``publish_async`` writes the message with a reply subject ``<inbox>.<token>`` on ONE wildcard
   subscription per context, whose messages are settled right where the I/O thread routes them
   (under the client lock: a dict pop, a msgspec decode, no thread hand-off and no syscall per
   publish). The window bookkeeping is :class:`jscore.publish.PublishWindow`.
 * A small worker thread per context (started on the first ``publish_async``, gone after 10 s with
-  nothing in flight) fires ack deadlines and no-responders retries, runs done-callbacks, and
+  nothing in flight) fires ack deadlines and scheduled re-sends, runs done-callbacks, and
   handles the connection: after a reconnect it re-sends the unacknowledged publishes that carry a
   ``Nats-Msg-Id`` (the stream deduplicates them) and fails only those without one, with
   :class:`PubAckTimeoutError`. ``auto_msg_id=True`` gives every async publish a msg id.
@@ -260,11 +262,13 @@ class Publisher:
 
         ``max_pending`` (4000): async publishes in flight before ``publish_async`` blocks.
         ``ack_timeout`` (the context's timeout): how long an async publish waits for its PubAck,
-        counted from when it was (re)sent and not while disconnected; then it fails with
-        :class:`PubAckTimeoutError`. ``retry_attempts`` (2) and ``retry_wait`` (0.25 s): how
-        often and how long apart a publish answered by "no responders" (no stream yet, leader
-        election) or 10158 (same msg id in process) is sent again. ``auto_msg_id`` (False): give
-        every async publish a unique msg id, so all of them are re-sent after a reconnect.
+        counted from when it was (re)sent and not while disconnected; then one with a msg id is
+        sent again and one without fails with :class:`PubAckTimeoutError`. ``retry_attempts``
+        (2): the re-send budget is ``ack_timeout * (retry_attempts + 1)`` seconds from a
+        publish's first trouble (a transient answer such as "no responders", or a missed ack
+        deadline); ``retry_wait`` (0.25 s): the first wait between re-sends, doubling up to 5 s.
+        ``auto_msg_id`` (False): give every async publish a unique msg id, so all of them are
+        re-sent after a reconnect or a missed ack deadline.
         """
         if auto_msg_id is not None and not isinstance(auto_msg_id, bool):
             raise InvalidOptionError("auto_msg_id must be a bool")
