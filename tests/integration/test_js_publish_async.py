@@ -24,7 +24,7 @@ from jscore.errors import (
     TooManyStalledMsgsError,
     WrongLastSequenceError,
 )
-from jscore.publish import ACKED, DUPLICATE
+from jscore.publish import ACKED, DUPLICATE, FAILED
 from jssync.client import Client
 from jssync.publish import PubAckFuture
 from jssync.server import NatsCluster, NatsServer
@@ -513,6 +513,59 @@ def test_cluster_stream_leader_killed_ledger(nats_cluster_factory: Callable[...,
         assert state["last_seq"] == total, "a message was stored twice"
     finally:
         c.close()
+
+
+@pytest.mark.timeout(300)
+def test_cluster_clients_node_killed_no_stored_message_is_refused(
+    nats_cluster_factory: Callable[..., NatsCluster],
+) -> None:
+    """R3 stream; the publishing client is connected to the stream leader's node, which is
+    SIGKILLed mid-run. Publishes in flight on it may be stored with their acks lost; their
+    re-sends meet 503 and 10008 while a new leader is elected. No future may be settled as a
+    definite failure (FAILED: "nothing stored") for a message that is in the stream."""
+    cluster = nats_cluster_factory(3, jetstream_config="sync_interval: always")
+    name = unique("R3K")
+    admin_urls = cluster.urls
+    admin = jssync.connect(admin_urls, name="admin", reconnect_wait=0.1, max_reconnect_attempts=-1)
+    c: Client | None = None
+    try:
+        create_stream(admin, name, subjects=[f"{name.lower()}.>"], num_replicas=3, duplicate_window=120 * SECOND)
+        leader = api(admin, f"$JS.API.STREAM.INFO.{name}")["cluster"]["leader"]
+        victim = int(leader.lstrip("n")) - 1
+        others = [u for i, u in enumerate(cluster.urls) if i != victim]
+        admin.close()
+        admin = jssync.connect(others, name="admin", reconnect_wait=0.1, max_reconnect_attempts=-1)
+        c = jssync.connect([cluster.urls[victim], *others], name="pub", reconnect_wait=0.1, max_reconnect_attempts=-1)
+        assert c.connected_url == cluster.urls[victim]
+        js = c.jetstream(timeout=2.0)
+        js.configure_publish(auto_msg_id=True)  # max_pending 4000
+        total, kill_at = 30_000, 10_000  # (before the fix: 22,000 refused, one of them stored)
+        futs: list[PubAckFuture] = []
+        for i in range(total):
+            if i == kill_at:
+                cluster.kill(victim)
+            futs.append(js.publish_async(f"{name.lower()}.x", b"%d" % i, timeout=60))
+        js.publish_async_complete(timeout=120)
+        in_stream: set[bytes] = set()
+        for _ in range(30):  # the cluster may still be electing a meta leader: ask again
+            try:
+                in_stream = {m["data"] for m in stored(admin, name)}
+                break
+            except TimeoutError:
+                time.sleep(1.0)
+        else:
+            pytest.fail("the stream could not be read back")
+        refused = [f for f in futs if f.outcome == FAILED]
+        wrongly = [f for f in refused if f.payload in in_stream]
+        assert wrongly == [], f"{len(wrongly)} stored messages settled as refused, e.g. {wrongly[0].error!r}"
+        for f in futs:
+            if f.outcome in (ACKED, DUPLICATE):
+                assert f.payload in in_stream, f"acknowledged but not stored: {f.payload!r}"
+        assert len(in_stream) == stream_state(admin, name)["messages"], "a message was stored twice"
+    finally:
+        if c is not None:
+            c.close()
+        admin.close()
 
 
 def test_worker_thread_ends_with_the_client(nats_url: str) -> None:
