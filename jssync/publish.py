@@ -337,8 +337,6 @@ class Publisher:
             and ttl is None
         ):
             hdrs = headers
-            if headers is not None:
-                mid = Headers(headers).get(MSG_ID) or None
         else:
             hdrs, mid = publish_headers(
                 headers,
@@ -401,6 +399,8 @@ class Publisher:
             # Not stored (yet): the core's policy decides, within this call's timeout.
             now = _monotonic()
             if trouble is None or policy is None:
+                if mid is None and hdrs is not None:  # a Nats-Msg-Id given in the headers
+                    mid = Headers(hdrs).get(MSG_ID) or None
                 trouble = Trouble()
                 policy = PublishPolicy(
                     budget=PublishPolicy.default_budget(t, window.retry_attempts), retry_wait=window.retry_wait
