@@ -130,7 +130,8 @@ def direct_status_error(rule: DirectStatusRule, code: int, description: str | No
     desc = description or ""
     cls = rule.error or JetStreamAPIError
     if issubclass(cls, JetStreamAPIError):
-        return cls(code, rule.reports_err_code, desc or _BARE_DESCRIPTION.get(code, f"direct get failed with status {code}"))
+        bare = _BARE_DESCRIPTION.get(code, f"direct get failed with status {code}")
+        return cls(code, rule.reports_err_code, desc or bare)
     if cls is DirectGetNoRespondersError:
         return DirectGetNoRespondersError(
             "direct get has no responders: the stream does not exist or does not allow direct get (allow_direct)"

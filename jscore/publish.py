@@ -1,16 +1,23 @@
-"""JetStream publishing, sans-IO: publish options as headers, and the async-publish window.
+"""JetStream publishing, sans-IO: publish options as headers, the publish-outcome policy, and
+the async and bulk publish windows.
 
-Two parts, both pure (no I/O, no threads, no clock: ``now`` is passed in):
+All pure (no I/O, no threads, no clock: ``now`` is passed in):
 
 * :func:`publish_headers` turns the publish options (``msg_id``, the ``expected_*`` conditions,
   ``ttl``) into the ``Nats-*`` headers the server reads, validating every option first
   (:class:`InvalidOptionError` before anything is sent).
+* :func:`classify_reply` and :class:`PublishPolicy`: what a reply to a publish means (from the
+  status table of :mod:`jscore.status`) and what happens to the publish then (stored,
+  duplicate, definite failure, ambiguous, or sent again within a time budget). The one policy
+  of ``js.publish``, ``publish_async`` and the bulk writer.
 * :class:`PublishWindow` is the bookkeeping of asynchronous publishes: the entries in flight,
   keyed by the reply token of their PubAck, with what is needed to send them again; their
   outcomes (acked, duplicate, failed, unknown); the window accounting; the ack deadlines; the
-  no-responders retries; and what a lost connection means for each entry. After a reconnect the
-  entries that carry a ``Nats-Msg-Id`` are sent again (the stream deduplicates them inside its
-  duplicate window) and only those without one fail, as ambiguous (:class:`PubAckTimeoutError`).
+  re-sends the policy asks for; and what a lost connection means for each entry. After a
+  reconnect the entries that carry a ``Nats-Msg-Id`` are sent again (the stream deduplicates
+  them inside its duplicate window) and only those without one fail, as ambiguous
+  (:class:`PubAckTimeoutError`).
+* :class:`FrameWindow` is the same for the bulk writer, whose every frame carries a msg id.
 
 Connection generations: the transport numbers its connections (the count of reconnects so far).
 An entry records the generation its frame was written on (``gen``); a frame queued while
@@ -945,9 +952,9 @@ class FrameWindow:
         self._deadlines: deque[tuple[float, Iterable[int]]] = deque()  # batches, oldest first
         self._retry: dict[int, float] = {}  # token -> not before (its frame stays in .frames)
         self._trouble: dict[int, Trouble] = {}  # tokens that met trouble (see PublishPolicy)
-        self.transient_budget = (
-            PublishPolicy.default_budget(self.ack_timeout, retries) if transient_budget is None else float(transient_budget)
-        )
+        if transient_budget is None:
+            transient_budget = PublishPolicy.default_budget(self.ack_timeout, retries)
+        self.transient_budget = float(transient_budget)
         self.policy = PublishPolicy(
             budget=self.transient_budget, retry_wait=self.retry_wait, per_subject_dedup=per_subject_dedup
         )

@@ -579,6 +579,7 @@ def request_error(context: Context, code: int, description: str | None, subject:
         return cls(
             code,
             0,
-            f"JetStream not available: no responders on {subject!r} (JetStream not enabled, or wrong domain / api_prefix)",
+            f"JetStream not available: no responders on {subject!r} "
+            "(JetStream not enabled, or wrong domain / api_prefix)",
         )
     return cls(f"no responders on {subject!r}")

@@ -9,10 +9,11 @@ callback and no thread hand-off per message.
 
 Whatever is ambiguous or transient is written again as the same frame (the core's
 :class:`jscore.publish.PublishPolicy`): a batch with no PubAck after ``ack_timeout``, 503 no
-responders, 10008, 10158 "in process", and everything in flight after a reconnect. The stream's duplicate window (or, in subject mode, the per-subject limit) keeps it
-stored once. The writer thread does this work itself, when it sends or waits: there is no worker
-thread. :meth:`BulkPublisher.finish` returns only once every message is settled; the first
-definite refusal is raised (:attr:`FrameWindow.failure`).
+responders, 10008, 10158 "in process", and everything in flight after a reconnect. The
+stream's duplicate window (or, in subject mode, the per-subject limit) keeps it stored once.
+The writer thread does this work itself, when it sends or waits: there is no worker thread.
+:meth:`BulkPublisher.finish` returns only once every message is settled; the first failure is
+raised (:attr:`FrameWindow.failure`).
 
 Compared with ``js.publish_async`` (a :class:`PubAckFuture` per message, a window shared by
 threads, callbacks), this path does about a third of the per-message work; it exists for the

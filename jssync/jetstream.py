@@ -113,7 +113,7 @@ class JetStream:
         JetStream is not enabled (or not reachable) for this account/domain/prefix."""
         try:
             return self._nc.request(subject, payload, timeout=timeout if timeout is not None else self.timeout)
-        except NoRespondersError as exc:  # (the request's 503: what it means for the API is in the status table)
+        except NoRespondersError as exc:  # (the 503 of a request: the status table's API row says what it means)
             error = status.request_error(status.Context.API, 503, None, subject)
             assert error is not None
             raise error from exc

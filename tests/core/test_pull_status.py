@@ -62,7 +62,8 @@ def test_every_row_has_the_right_kind_of_disposition() -> None:
         assert rule.note, rule
     assert set(DISPOSITION_TEXT) == set(Disposition)
     # one enum for every context (jscore.status): the pull ones are these
-    assert CONSUME_DISPOSITIONS | FETCH_DISPOSITIONS == {r.consume for r in STATUS_TABLE} | {r.fetch for r in STATUS_TABLE}
+    used = {r.consume for r in STATUS_TABLE} | {r.fetch for r in STATUS_TABLE}
+    assert CONSUME_DISPOSITIONS | FETCH_DISPOSITIONS == used
 
 
 def test_rows_are_unique_and_none_is_shadowed() -> None:

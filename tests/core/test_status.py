@@ -45,7 +45,16 @@ from jscore.errors import (
     TooManySubjectsError,
     WrongLastSequenceError,
 )
-from jscore.publish import DUPLICATE, FAILED, PENDING, UNKNOWN, FrameWindow, PendingPublish, PublishWindow, classify_reply
+from jscore.publish import (
+    DUPLICATE,
+    FAILED,
+    PENDING,
+    UNKNOWN,
+    FrameWindow,
+    PendingPublish,
+    PublishWindow,
+    classify_reply,
+)
 from jscore.status import (
     ALLOWED,
     DISPOSITION_TEXT,
@@ -195,7 +204,10 @@ def test_the_table_is_well_formed() -> None:
         # a disposition the context does not know
         (StatusRule(418, "", "x", consume=D.END, fetch=D.END),),
         # a row hidden by an earlier, shorter prefix of the same code
-        (StatusRule(418, "Tea", "x", consume=D.REPULL, fetch=D.END), StatusRule(418, "Teapot", "y", consume=D.REPULL, fetch=D.END)),
+        (
+            StatusRule(418, "Tea", "x", consume=D.REPULL, fetch=D.END),
+            StatusRule(418, "Teapot", "y", consume=D.REPULL, fetch=D.END),
+        ),
         # no catch-all for most contexts
         (StatusRule(418, "", "x", consume=D.REPULL, fetch=D.END),),
     ],
