@@ -31,22 +31,21 @@ a malformed reply, a lost reply (:class:`BatchGapError`, detected from the
 or the deadline (:class:`TimeoutError`) all end it with ``DirectGetFinished(error=...)``.
 Each request (page) must reach its EOB within ``timeout`` seconds of being queued.
 
-:data:`DIRECT_GET_STATUS_TABLE` is the one place the statuses are interpreted, for single gets
-(:func:`jscore.jsapi.stored_msg_from_direct`) and batches alike; docs/conformance.md is generated
-from it.
+:data:`DIRECT_GET_STATUS_TABLE` (the direct-get rows of :mod:`jscore.status`) is the one place the
+statuses are interpreted, for single gets (:func:`jscore.jsapi.stored_msg_from_direct`) and
+batches alike; docs/conformance.md is generated from it.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Union
 
+from . import status as _status
 from .errors import (
-    BadRequestError,
     BatchGapError,
     BatchGetUnsupportedError,
     ConnectionLostError,
@@ -59,7 +58,6 @@ from .errors import (
     MsgNotFoundError,
     NatsError,
     TimeoutError,
-    TooManySubjectsError,
 )
 from .headers import Headers
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Stop
@@ -104,70 +102,19 @@ _U64: Final = 2**64
 # =========================================================================== the status table
 
 
-class Disposition(enum.Enum):
-    """What a status reply does to a single get or to a batch / multi_last request."""
+# The rows live in jscore/status.py (one table for every status the client interprets); these
+# names are the direct-get family's view of it.
 
-    END_OF_BATCH = "end_of_batch"
-    EMPTY = "empty"
-    ERROR = "error"
+Disposition = _status.Disposition
+DirectStatusRule = _status.StatusRule
+DISPOSITION_TEXT: Final = _status.DISPOSITION_TEXT
 
+DIRECT_GET_STATUS_TABLE: Final[tuple[DirectStatusRule, ...]] = _status.rules(_status.Context.DIRECT_BATCH)
+"""The direct-get rows of :data:`jscore.status.STATUS_TABLE`, in matching order (single gets and
+batches read the same rows)."""
 
-DISPOSITION_TEXT: Final[dict[Disposition, str]] = {
-    Disposition.END_OF_BATCH: "ends the request; its Nats-Num-Pending / Nats-Last-Sequence (and "
-    "Nats-UpTo-Sequence) give the cursor; multi_last requests the next page while Nats-Num-Pending > 0",
-    Disposition.EMPTY: "ends, no error: nothing (more) matched; an empty iteration",
-    Disposition.ERROR: "raises the error",
-}
-
-
-@dataclass(frozen=True)
-class DirectStatusRule:
-    """One row of the direct-get status table. ``code`` None is the catch-all of unknown codes;
-    ``description_prefix`` is matched with ``str.startswith``, case-sensitive (``""``: any).
-    ``error`` is the error type (None: :class:`JetStreamAPIError`), ``err_code`` the one it
-    carries (a status has none of its own; 404 and 408 take those ``STREAM.MSG.GET`` uses)."""
-
-    code: int | None
-    description_prefix: str
-    single: Disposition
-    batch: Disposition
-    error: type[NatsError] | None
-    err_code: int
-    note: str
-
-
-_R = DirectStatusRule
-_D = Disposition
-
-# Rows of one code are tried in order, specific prefixes first, the code's catch-all ("") last.
-# Checked against nats-server 2.15.1 (see tests/integration/test_direct_get_batch.py).
-DIRECT_GET_STATUS_TABLE: Final[tuple[DirectStatusRule, ...]] = (
-    _R(204, "EOB", _D.ERROR, _D.END_OF_BATCH, None, 0,
-       "End of batch: zero-length, with Nats-Num-Pending, Nats-Last-Sequence and, for multi_last, "
-       "Nats-UpTo-Sequence. A single get never expects one."),
-    _R(204, "", _D.ERROR, _D.END_OF_BATCH, None, 0,
-       "Any other 204 is read as an end of batch too (204 has no other meaning in ADR-31)."),
-    _R(404, "", _D.ERROR, _D.EMPTY, MsgNotFoundError, 10037,
-       "'Message Not Found' (seq, subject, time) or 'No Results' (multi_last): nothing matched. "
-       "A single get raises like STREAM.MSG.GET; a batch is simply empty."),
-    _R(408, "", _D.ERROR, _D.ERROR, BadRequestError, 10003,
-       "'Bad Request' / 'Empty Request': the server refused the request. The client validates "
-       "first (seq with start_time, batch < 1 ...), so this is a rule it does not know."),
-    _R(413, "", _D.ERROR, _D.ERROR, TooManySubjectsError, 0,
-       "'Too Many Results': multi_last matched more than 1024 subjects, whatever batch or up_to_seq."),
-    _R(503, "", _D.ERROR, _D.ERROR, DirectGetNoRespondersError, 0,
-       "No responders: no such stream, or it does not allow direct get (allow_direct false); "
-       "immediate, not a timeout."),
-    _R(None, "", _D.ERROR, _D.ERROR, None, 0,
-       "Any other status (e.g. 500 with a store error): reported with its code and description."),
-)  # fmt: skip
-
-_BY_CODE: Final[dict[int, tuple[DirectStatusRule, ...]]] = {}
-for _rule in DIRECT_GET_STATUS_TABLE:
-    if _rule.code is not None:
-        _BY_CODE[_rule.code] = _BY_CODE.get(_rule.code, ()) + (_rule,)
-_UNKNOWN: Final = DIRECT_GET_STATUS_TABLE[-1]
-del _rule
+_BY_CODE: Final = _status.by_code(_status.Context.DIRECT_BATCH)
+_UNKNOWN: Final = _status.catch_all(_status.Context.DIRECT_BATCH)
 
 
 # The description of a status line that has none (as the single get always said).
@@ -189,7 +136,8 @@ def direct_status_error(rule: DirectStatusRule, code: int, description: str | No
     desc = description or ""
     cls = rule.error or JetStreamAPIError
     if issubclass(cls, JetStreamAPIError):
-        return cls(code, rule.err_code, desc or _BARE_DESCRIPTION.get(code, f"direct get failed with status {code}"))
+        bare = _BARE_DESCRIPTION.get(code, f"direct get failed with status {code}")
+        return cls(code, rule.reports_err_code, desc or bare)
     if cls is DirectGetNoRespondersError:
         return DirectGetNoRespondersError(
             "direct get has no responders: the stream does not exist or does not allow direct get (allow_direct)"

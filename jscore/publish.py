@@ -1,16 +1,23 @@
-"""JetStream publishing, sans-IO: publish options as headers, and the async-publish window.
+"""JetStream publishing, sans-IO: publish options as headers, the publish-outcome policy, and
+the async and bulk publish windows.
 
-Two parts, both pure (no I/O, no threads, no clock: ``now`` is passed in):
+All pure (no I/O, no threads, no clock: ``now`` is passed in):
 
 * :func:`publish_headers` turns the publish options (``msg_id``, the ``expected_*`` conditions,
   ``ttl``) into the ``Nats-*`` headers the server reads, validating every option first
   (:class:`InvalidOptionError` before anything is sent).
+* :func:`classify_reply` and :class:`PublishPolicy`: what a reply to a publish means (from the
+  status table of :mod:`jscore.status`) and what happens to the publish then (stored,
+  duplicate, definite failure, ambiguous, or sent again within a time budget). The one policy
+  of ``js.publish``, ``publish_async`` and the bulk writer.
 * :class:`PublishWindow` is the bookkeeping of asynchronous publishes: the entries in flight,
   keyed by the reply token of their PubAck, with what is needed to send them again; their
   outcomes (acked, duplicate, failed, unknown); the window accounting; the ack deadlines; the
-  no-responders retries; and what a lost connection means for each entry. After a reconnect the
-  entries that carry a ``Nats-Msg-Id`` are sent again (the stream deduplicates them inside its
-  duplicate window) and only those without one fail, as ambiguous (:class:`PubAckTimeoutError`).
+  re-sends the policy asks for; and what a lost connection means for each entry. After a
+  reconnect the entries that carry a ``Nats-Msg-Id`` are sent again (the stream deduplicates
+  them inside its duplicate window) and only those without one fail, as ambiguous
+  (:class:`PubAckTimeoutError`).
+* :class:`FrameWindow` is the same for the bulk writer, whose every frame carries a msg id.
 
 Connection generations: the transport numbers its connections (the count of reconnects so far).
 An entry records the generation its frame was written on (``gen``); a frame queued while
@@ -25,23 +32,21 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Final, Generic, TypeVar
+from typing import Final, Generic, NamedTuple, TypeVar
 
 import msgspec
 
+from . import status as _status
 from .errors import (
-    DuplicateMsgIdInProcessError,
     InvalidOptionError,
     JetStreamAPIError,
     JetStreamError,
-    JetStreamUnavailableError,
-    MaxMsgsPerSubjectError,
     NoStreamResponseError,
     PubAckTimeoutError,
-    StoreFailedError,
 )
 from .headers import Headers, HeadersInput
 from .models import PubAck, decode_pub_ack
+from .status import Disposition
 
 __all__ = [
     "MSG_ID",
@@ -59,6 +64,12 @@ __all__ = [
     "ttl_value",
     "publish_headers",
     "decode_ack",
+    "MAX_RETRY_WAIT",
+    "Reply",
+    "classify_reply",
+    "Trouble",
+    "Decision",
+    "PublishPolicy",
     "PendingPublish",
     "PublishWindow",
     "WindowStats",
@@ -233,6 +244,215 @@ def _find_msg_id(headers: Headers) -> str | None:
     return value if value else None
 
 
+# ==================================================================================== outcome policy
+#
+# One policy for every publisher: ``js.publish`` (jssync, one reply at a time), ``publish_async``
+# (:class:`PublishWindow`) and the bulk writer (:class:`FrameWindow`). Each of them keeps its own
+# bookkeeping (a future per entry, a frame per token, a loop on the caller's thread) and asks
+# the same two questions here: what does this reply mean (:func:`classify_reply`, which reads
+# the status table), and what happens to the publish now (:class:`PublishPolicy`).
+
+MAX_RETRY_WAIT: Final = 5.0
+"""The longest wait between two re-sends of one publish (the backoff doubles up to it)."""
+
+_PUBLISH: Final = _status.Context.PUBLISH
+_RESEND: Final = Disposition.RESEND
+_RESEND_WITH_MSG_ID: Final = Disposition.RESEND_WITH_MSG_ID
+_IN_PROCESS: Final = Disposition.IN_PROCESS
+_REFUSED: Final = Disposition.REFUSED
+_PER_SUBJECT_LIMIT: Final = Disposition.PER_SUBJECT_LIMIT
+
+
+class Reply(NamedTuple):
+    """A reply to a publish, classified: ``ack`` when the message is stored (``ack.duplicate``:
+    it was already), else the ``disposition`` of its status-table row and the typed ``error``."""
+
+    ack: PubAck | None
+    disposition: Disposition | None
+    error: JetStreamError | None
+
+
+def classify_reply(
+    data: bytes, status: int | None, description: str | None = None, subject: str | None = None
+) -> Reply:
+    """What a reply to a publish says, from the status table (:mod:`jscore.status`).
+
+    A status line without a body (the server's ``503`` no responders) is matched on its code
+    and description; a body is decoded: a PubAck, or an API error matched on its err_code (or
+    code) and description, or neither (malformed: a definite failure). ``subject`` only names
+    the publish in error messages. The publishers call this for every reply that is not a plain
+    PubAck (they decode those themselves, on their hot paths)."""
+    what = "the publish" if subject is None else f"the publish to {subject!r}"
+    if status is not None and not data:
+        rule = _status.classify(_PUBLISH, status, description)
+        error: JetStreamError
+        if rule.error is NoStreamResponseError:
+            error = NoStreamResponseError(f"no stream answered {what} (503 no responders)")
+        else:
+            error = JetStreamError(f"unexpected status {status} in reply to {what}")
+        return Reply(None, rule.publish, error)
+    try:
+        ack = decode_ack(data)  # (a plain PubAck decodes on the fast path)
+    except JetStreamAPIError as exc:
+        rule = _status.classify_api_error(_PUBLISH, exc.err_code, exc.code, exc.description)
+        return Reply(None, rule.publish, exc)
+    except JetStreamError as exc:  # not a PubAck, not an API error
+        return Reply(None, _REFUSED, exc)
+    return Reply(ack, None, None)
+
+
+class Trouble:
+    """The re-send bookkeeping of one publish, created when something first goes wrong with it:
+    ``since`` (when the trouble began: the first transient answer, or the send whose ack
+    deadline passed; None until then), ``resends`` (re-sends so far: the backoff exponent) and
+    ``maybe_stored`` (an earlier send may have been stored: it went out on a connection that
+    was lost, its ack deadline passed, or the server said the msg id is "in process")."""
+
+    __slots__ = ("since", "resends", "maybe_stored")
+
+    def __init__(self, since: float | None = None, *, maybe_stored: bool = False) -> None:
+        self.since = since
+        self.resends = 0
+        self.maybe_stored = maybe_stored
+
+    def __repr__(self) -> str:
+        return f"Trouble(since={self.since}, resends={self.resends}, maybe_stored={self.maybe_stored})"
+
+
+class Decision(NamedTuple):
+    """What happens to a publish: ``outcome`` PENDING means "send it again at ``at``"; otherwise
+    it is settled with that outcome (ACKED, DUPLICATE, FAILED, UNKNOWN) and ``error``."""
+
+    outcome: str
+    error: BaseException | None
+    at: float = 0.0
+
+
+class PublishPolicy:
+    """The publish-outcome policy, the same for ``js.publish``, ``publish_async`` and the bulk
+    writer.
+
+    A reply is **stored** or **duplicate** (a PubAck), a **definite failure** (nothing stored:
+    the typed error), or **transient** (the table's RESEND, RESEND_WITH_MSG_ID, IN_PROCESS
+    rows). No reply at all (an ack deadline, a lost connection) is **ambiguous**.
+
+    Re-sending. A publish is sent again only where that cannot store it twice: with a msg id
+    (the stream deduplicates), or, without one, after a reply that proves nobody took it (503
+    no responders) and only if no earlier send may have been stored. Re-sends back off from
+    ``retry_wait`` doubling up to :data:`MAX_RETRY_WAIT`, for at most ``budget`` seconds from
+    the first trouble (``ack_timeout * (retries + 1)`` by default, :meth:`default_budget`); a
+    missed ack deadline re-sends a publish with a msg id at once, within the same budget.
+
+    Settling. A transient answer whose budget is spent settles as a definite failure with its
+    error, except "in process" (10158), which stays ambiguous. Any definite failure of a
+    publish that **may have been stored** by an earlier send (:class:`Trouble`) settles as
+    ambiguous instead (:class:`PubAckTimeoutError`, chained from the server's error): the
+    refusal may be the answer to the second copy of a message whose first copy is stored. With
+    ``per_subject_dedup`` (the Spark writers' subject mode) a 10077 "maximum messages per
+    subject exceeded" means "already written": a duplicate.
+
+    While a publish waits for its re-send, only a PubAck settles it; other answers are replies
+    to an earlier copy, and the re-send will be answered (the publishers implement that part).
+    """
+
+    __slots__ = ("budget", "retry_wait", "max_wait", "per_subject_dedup")
+
+    def __init__(
+        self,
+        *,
+        budget: float,
+        retry_wait: float,
+        max_wait: float = MAX_RETRY_WAIT,
+        per_subject_dedup: bool = False,
+    ) -> None:
+        self.budget = float(budget)
+        self.retry_wait = float(retry_wait)
+        self.max_wait = float(max_wait)
+        self.per_subject_dedup = per_subject_dedup
+
+    @staticmethod
+    def default_budget(ack_timeout: float, retries: int) -> float:
+        """``ack_timeout * (retries + 1)``: the default re-send budget of every publisher."""
+        return ack_timeout * (retries + 1)
+
+    def __repr__(self) -> str:
+        return (
+            f"PublishPolicy(budget={self.budget}, retry_wait={self.retry_wait}, max_wait={self.max_wait}, "
+            f"per_subject_dedup={self.per_subject_dedup})"
+        )
+
+    def backoff(self, resends: int) -> float:
+        """The wait before re-send number ``resends + 1``."""
+        return min(self.max_wait, self.retry_wait * (1 << min(resends, 8)))
+
+    @staticmethod
+    def resendable(disposition: Disposition | None, msg_id: bool) -> bool:
+        """Whether an answer with this disposition may be followed by a re-send at all."""
+        return disposition is _RESEND or (msg_id and (disposition is _RESEND_WITH_MSG_ID or disposition is _IN_PROCESS))
+
+    def on_reply(
+        self,
+        trouble: Trouble,
+        disposition: Disposition | None,
+        error: BaseException | None,
+        *,
+        msg_id: bool,
+        now: float,
+        subject: str | None = None,
+    ) -> Decision:
+        """A reply that is not a PubAck (:func:`classify_reply`): re-send (PENDING, with the time)
+        or settle. Updates ``trouble``."""
+        if trouble.since is None:
+            trouble.since = now
+        if disposition is _IN_PROCESS:
+            trouble.maybe_stored = True
+        elif disposition is _PER_SUBJECT_LIMIT and self.per_subject_dedup:
+            return Decision(DUPLICATE, None)
+        if (
+            self.resendable(disposition, msg_id)
+            and (msg_id or not trouble.maybe_stored)
+            and now - trouble.since < self.budget
+        ):
+            at = now + self.backoff(trouble.resends)
+            trouble.resends += 1
+            return Decision(PENDING, error, at)
+        return self.give_up(trouble, disposition, error, subject)
+
+    def give_up(
+        self,
+        trouble: Trouble,
+        disposition: Disposition | None,
+        error: BaseException | None,
+        subject: str | None = None,
+    ) -> Decision:
+        """Settle after an answer that is not (or no longer) re-sent: FAILED with its error, or
+        UNKNOWN (ambiguous) for "in process" and for anything that may have been stored."""
+        if disposition is _IN_PROCESS:
+            return Decision(UNKNOWN, error)  # DuplicateMsgIdInProcessError: ambiguous by itself
+        if trouble.maybe_stored:
+            return Decision(UNKNOWN, _ambiguous(error, subject))
+        return Decision(FAILED, error)
+
+    def on_no_answer(self, trouble: Trouble, *, msg_id: bool, sent_at: float, now: float) -> bool:
+        """An ack deadline passed (the publish may have been stored; ``sent_at`` is when the send
+        that got no answer went out). True: send it again now (it has a msg id and budget left);
+        False: settle it as ambiguous. Updates ``trouble``."""
+        if trouble.since is None:
+            trouble.since = sent_at
+        trouble.maybe_stored = True
+        return msg_id and now - trouble.since < self.budget
+
+
+def _ambiguous(error: BaseException | None, subject: str | None) -> PubAckTimeoutError:
+    what = "the publish" if subject is None else f"the publish to {subject!r}"
+    err = PubAckTimeoutError(
+        f"a re-send of {what} was answered ({error}), but an earlier send may have been stored "
+        "(its PubAck was lost): the message may or may not be stored"
+    )
+    err.__cause__ = error
+    return err
+
+
 # ==================================================================================== window
 
 
@@ -241,17 +461,25 @@ class PendingPublish:
 
     The transport may subclass it (jssync's ``PubAckFuture`` does) so that the entry IS the
     future: one object per publish. ``token``, ``gen`` and ``deadline`` are set by
-    :meth:`PublishWindow.add`. The retry bookkeeping (``attempts``, ``retry_at``, ``sends``) is
-    rarely touched: class defaults, stored per entry only once it changes.
+    :meth:`PublishWindow.add`. The re-send bookkeeping (``trouble``, ``retry_at``, ``sends``)
+    is rarely touched: class defaults, stored per entry only once it changes.
     """
 
     __slots__ = (
         "subject", "payload", "headers", "msg_id", "token", "gen", "deadline", "outcome", "ack", "error", "__dict__",
     )
 
-    attempts: int = 0  # no-responders / in-process retries used
+    trouble: Trouble | None = None  # set at the first trouble (see PublishPolicy)
     retry_at: float = 0.0
+    # No re-send is scheduled at or after this time: the policy gives up instead (a synchronous
+    # publish sets its caller's deadline here).
+    limit: float = math.inf
     sends: int = 1  # times the frame was handed to the transport
+
+    @property
+    def attempts(self) -> int:
+        """Re-sends after a transient answer or a missed ack deadline."""
+        return 0 if self.trouble is None else self.trouble.resends
 
     def __init__(self, subject: str, payload: bytes, headers: HeadersInput | None, msg_id: str | None) -> None:
         self.subject = subject
@@ -281,8 +509,8 @@ class WindowStats(msgspec.Struct, frozen=True, kw_only=True):
     failed: int  # definite failures (API errors, no stream)
     unknown: int  # ambiguous: timed out, lost with the connection, closed
     resent: int  # re-sent after a reconnect (had a msg id)
-    retried: int  # re-sent after a no-responders / in-process answer
-    late: int  # acks for tokens no longer pending (after a timeout, or a second copy)
+    retried: int  # re-sent after a transient answer or a missed ack deadline (PublishPolicy)
+    late: int  # answers for tokens no longer in flight (settled, or the second copy of a frame)
     removed: int  # taken, then never sent (the transport refused the frame)
 
 
@@ -302,6 +530,10 @@ class PublishWindow(Generic[E]):
     Invariant: ``pending`` is in deadline order (every entry gets ``now + ack_timeout`` when it
     is (re)inserted, and a re-armed entry is re-inserted at the end), so expiry looks only at the
     front. Entries waiting for a retry are in ``retrying``; both count against the window.
+
+    What an answer or a missed deadline does to an entry is :class:`PublishPolicy`'s decision
+    (:attr:`policy`): re-sends within ``ack_timeout * (retry_attempts + 1)`` seconds of the
+    first trouble (``transient_budget`` overrides it), backoff from ``retry_wait``.
     """
 
     def __init__(
@@ -311,6 +543,7 @@ class PublishWindow(Generic[E]):
         ack_timeout: float = 5.0,
         retry_attempts: int = 2,
         retry_wait: float = 0.25,
+        transient_budget: float | None = None,
     ) -> None:
         self.pending: dict[str, E] = {}
         self.retrying: dict[str, E] = {}
@@ -319,8 +552,14 @@ class PublishWindow(Generic[E]):
         self.ack_timeout = 1.0
         self.retry_attempts = 0
         self.retry_wait = 0.0
+        self.transient_budget: float | None = None
+        self.policy = PublishPolicy(budget=0.0, retry_wait=0.0)
         self.configure(
-            max_pending=max_pending, ack_timeout=ack_timeout, retry_attempts=retry_attempts, retry_wait=retry_wait
+            max_pending=max_pending,
+            ack_timeout=ack_timeout,
+            retry_attempts=retry_attempts,
+            retry_wait=retry_wait,
+            transient_budget=transient_budget,
         )
         self.connected = True
         self.gen = 0  # the connection generation last handled (see the module docstring)
@@ -338,8 +577,10 @@ class PublishWindow(Generic[E]):
         ack_timeout: float | None = None,
         retry_attempts: int | None = None,
         retry_wait: float | None = None,
+        transient_budget: float | None = None,
     ) -> None:
-        """Change settings; entries already in flight keep their deadlines."""
+        """Change settings; entries already in flight keep their deadlines. The re-send budget
+        is ``ack_timeout * (retry_attempts + 1)`` unless ``transient_budget`` was given."""
         if max_pending is not None:
             if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
                 raise InvalidOptionError(f"max_pending must be an int >= 1, got {max_pending!r}")
@@ -360,6 +601,19 @@ class PublishWindow(Generic[E]):
             if not isinstance(retry_wait, (int, float)) or not math.isfinite(retry_wait) or retry_wait < 0:
                 raise InvalidOptionError(f"retry_wait must be >= 0 seconds, got {retry_wait!r}")
             self.retry_wait = float(retry_wait)
+        if transient_budget is not None:
+            if (
+                isinstance(transient_budget, bool)
+                or not isinstance(transient_budget, (int, float))
+                or not math.isfinite(transient_budget)
+                or transient_budget < 0
+            ):
+                raise InvalidOptionError(f"transient_budget must be >= 0 seconds, got {transient_budget!r}")
+            self.transient_budget = float(transient_budget)
+        budget = self.transient_budget
+        if budget is None:
+            budget = PublishPolicy.default_budget(self.ack_timeout, self.retry_attempts)
+        self.policy = PublishPolicy(budget=budget, retry_wait=self.retry_wait)
 
     # ------------------------------------------------------------------ accounting
 
@@ -423,55 +677,59 @@ class PublishWindow(Generic[E]):
     def receive_ack(self, token: str, data: bytes, status: int | None, now: float) -> E | None:
         """A message arrived on the ack inbox for ``token``.
 
-        Returns the entry, settled, or still PENDING when a retry was scheduled (the caller
+        Returns the entry, settled, or still PENDING when a re-send was scheduled (the caller
         should make sure :meth:`handle_timeout` runs by ``retry_at``); None when the token is not
-        pending (a late ack after a timeout, or the second copy of a re-sent frame).
+        in flight (a late answer after the entry was settled, or the second copy of a re-sent
+        frame). An entry waiting for its re-send is settled by a PubAck (the answer to an earlier
+        copy: it was stored after all) and ignores any other answer.
         """
         entry = self.pending.pop(token, None)
         if entry is None:
-            self._late += 1
-            return None
-        if status is None:
-            if b'"error"' not in data:  # the common case, inlined: once per publish
-                try:
-                    ack = _ack_decoder.decode(data)
-                except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-                    pass
-                else:
-                    if ack.seq > 0 and ack.stream:
-                        entry.ack = ack
-                        if ack.duplicate:
-                            entry.outcome = DUPLICATE
-                            self._duplicates += 1
-                        else:
-                            entry.outcome = ACKED
-                            self._acked += 1
-                        return entry
+            return self._answer_while_waiting(token, data, status)
+        if status is None and b'"error"' not in data:  # the common case, inlined: once per publish
             try:
-                ack = decode_pub_ack(data)
-            except DuplicateMsgIdInProcessError as exc:
-                return self._retry_or_fail(entry, now, exc, UNKNOWN)
-            except JetStreamError as exc:
-                self._settle(entry, FAILED, None, exc)
-                return entry
-            self._settle(entry, DUPLICATE if ack.duplicate else ACKED, ack, None)
+                ack = _ack_decoder.decode(data)
+            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+                pass
+            else:
+                if ack.seq > 0 and ack.stream:
+                    entry.ack = ack
+                    if ack.duplicate:
+                        entry.outcome = DUPLICATE
+                        self._duplicates += 1
+                    else:
+                        entry.outcome = ACKED
+                        self._acked += 1
+                    return entry
+        reply = classify_reply(data, status, None, entry.subject)
+        if reply.ack is not None:
+            self._settle(entry, DUPLICATE if reply.ack.duplicate else ACKED, reply.ack, None)
             return entry
-        if status == 503:
-            # No stream listens on the subject (yet: a stream being created, a leader being
-            # elected). Nothing was stored, so retrying is always safe.
-            err = NoStreamResponseError(f"no stream answered the publish to {entry.subject!r} (503 no responders)")
-            return self._retry_or_fail(entry, now, err, FAILED)
-        self._settle(entry, FAILED, None, JetStreamError(f"unexpected status {status} in reply to a publish"))
+        trouble = entry.trouble
+        if trouble is None:
+            trouble = entry.trouble = Trouble()
+        decision = self.policy.on_reply(
+            trouble, reply.disposition, reply.error, msg_id=entry.msg_id is not None, now=now, subject=entry.subject
+        )
+        if decision.outcome is PENDING and decision.at >= entry.limit:
+            decision = self.policy.give_up(trouble, reply.disposition, reply.error, entry.subject)
+        if decision.outcome is PENDING:
+            entry.retry_at = decision.at
+            self.retrying[token] = entry
+        else:
+            self._settle(entry, decision.outcome, None, decision.error)
         return entry
 
-    def _retry_or_fail(self, entry: E, now: float, error: BaseException, outcome: str) -> E:
-        if entry.attempts < self.retry_attempts:
-            entry.attempts += 1
-            entry.retry_at = now + self.retry_wait
-            self.retrying[entry.token] = entry
-            return entry
-        self._settle(entry, outcome, None, error)
-        return entry
+    def _answer_while_waiting(self, token: str, data: bytes, status: int | None) -> E | None:
+        entry = self.retrying.get(token)
+        if entry is not None and (status is None or data):
+            ack = classify_reply(data, status).ack
+            if ack is not None:  # an earlier copy was stored after all
+                del self.retrying[token]
+                self._settle(entry, DUPLICATE if ack.duplicate else ACKED, ack, None)
+                return entry
+        self._late += 1
+        return None
 
     def fail(self, entry: E, error: BaseException) -> None:
         """Settle an entry as ambiguous because re-sending it failed in the transport."""
@@ -493,30 +751,38 @@ class PublishWindow(Generic[E]):
         return best
 
     def handle_timeout(self, now: float, gen: int | None = None) -> tuple[list[E], list[E]]:
-        """Returns ``(settled, resend)``: entries whose ack deadline passed (ambiguous,
-        :class:`PubAckTimeoutError`), and entries whose retry is due, already re-armed (with
-        generation ``gen``, the one their frame will be written on) for the caller to send.
-        While disconnected no ack deadline fires: a reconnect decides."""
+        """Returns ``(settled, resend)``: entries whose ack deadline passed and that are not sent
+        again (ambiguous, :class:`PubAckTimeoutError`), and entries to send again now, already
+        re-armed (with generation ``gen``, the one their frame will be written on): those whose
+        re-send is due, and those with a msg id whose ack deadline passed while the policy's
+        budget lasts. While disconnected no ack deadline fires: a reconnect decides."""
         settled: list[E] = []
         resend: list[E] = []
         if self.retrying:
             for token, entry in list(self.retrying.items()):
                 if entry.retry_at <= now:
                     del self.retrying[token]
-                    entry.deadline = now + self.ack_timeout
-                    entry.sends += 1
-                    if gen is not None:
-                        entry.gen = gen
+                    self._rearm(entry, now, gen)
                     self.pending[token] = entry
-                    self._retried += 1
                     resend.append(entry)
         if self.connected:
             pending = self.pending
+            policy = self.policy
             while pending:
                 token, entry = next(iter(pending.items()))
                 if entry.deadline > now:
                     break
                 del pending[token]
+                trouble = entry.trouble
+                if trouble is None:
+                    trouble = entry.trouble = Trouble()
+                sent_at = entry.deadline - self.ack_timeout
+                if policy.on_no_answer(trouble, msg_id=entry.msg_id is not None, sent_at=sent_at, now=now):
+                    trouble.resends += 1
+                    self._rearm(entry, now, gen)
+                    pending[token] = entry  # (at the end: its deadline is the latest)
+                    resend.append(entry)
+                    continue
                 self._settle(
                     entry,
                     UNKNOWN,
@@ -528,6 +794,13 @@ class PublishWindow(Generic[E]):
                 )
                 settled.append(entry)
         return settled, resend
+
+    def _rearm(self, entry: E, now: float, gen: int | None) -> None:
+        entry.deadline = now + self.ack_timeout
+        entry.sends += 1
+        if gen is not None:
+            entry.gen = gen
+        self._retried += 1
 
     # ------------------------------------------------------------------ the connection
 
@@ -562,6 +835,11 @@ class PublishWindow(Generic[E]):
                     continue
                 entry.gen = gen
                 entry.sends += 1
+                trouble = entry.trouble
+                if trouble is None:
+                    entry.trouble = Trouble(maybe_stored=True)
+                else:
+                    trouble.maybe_stored = True  # written to a connection that is gone
                 self._resent += 1
                 resend.append(entry)
             entry.deadline = deadline
@@ -598,21 +876,23 @@ def _lost_error(entry: PendingPublish) -> PubAckTimeoutError:
 
 class FrameWindow:
     """Bookkeeping of a bulk, idempotent publisher: every message carries a ``Nats-Msg-Id``, so
-    whatever is ambiguous (no PubAck in time, a lost connection, 503 no responders, 10158 "in
-    process") is answered by writing **the same frame** again, reply token included, and the
-    stream deduplicates it. The Spark writers publish through it.
+    whatever is ambiguous or transient (no PubAck in time, a lost connection, 503 no responders,
+    10008, 10158 "in process") is answered by writing **the same frame** again, reply token
+    included, and the stream deduplicates it. The Spark writers publish through it.
 
     Entries are complete frames keyed by an ``int`` token (the last token of their reply
     subject); nothing else is kept per message, and an ack costs a dict pop and one decode.
-    Frames are written in batches: :meth:`sent` records one deadline per batch. A frame whose
-    batch passed its deadline is re-sent at most ``retries`` times; one answered 503, 10158 or
-    10008 is re-sent with backoff (``retry_wait`` doubling, at most 5 s) until
-    ``transient_budget`` seconds (default ``ack_timeout * (retries + 1)``) after its first such
-    answer. The caller owns
-    the transport, the lock and the clock; it calls :meth:`receive_ack` for every message on the
-    reply inbox, :meth:`due` when :meth:`next_deadline` has passed, and :meth:`everything` after a
-    reconnect. A definite refusal is kept in :attr:`failure` (the first one); the caller stops
-    there. Counters: ``written`` (stored, duplicates included), ``duplicates``, ``resent``.
+    Frames are written in batches: :meth:`sent` records one deadline per batch. What happens
+    to a frame that got no PubAck in time or a reply other than a PubAck is
+    :class:`PublishPolicy`'s decision (:attr:`policy`, the same as for ``js.publish`` and
+    ``publish_async``): re-sent within ``transient_budget`` seconds (default
+    ``ack_timeout * (retries + 1)``) of its first trouble, at once after a missed deadline,
+    with backoff (``retry_wait`` doubling, at most 5 s) after a transient answer. The caller
+    owns the transport, the lock and the clock; it calls :meth:`receive_ack` for every message
+    on the reply inbox, :meth:`due` when :meth:`next_deadline` has passed, and
+    :meth:`everything` after a reconnect. The first failure (definite, or ambiguous when an
+    earlier copy may have been stored) is kept in :attr:`failure`; the caller stops there.
+    Counters: ``written`` (stored, duplicates included), ``duplicates``, ``resent``.
 
     ``per_subject_dedup``: the refusal 10077 "maximum messages per subject exceeded" means
     "already written" (a ``discard_new_per_subject`` stream keyed by the msg id in the subject).
@@ -632,11 +912,10 @@ class FrameWindow:
         "failure",
         "failed_token",
         "transient_budget",
+        "policy",
         "_deadlines",
         "_retry",
-        "_attempts",
-        "_transient_since",
-        "_transient_sends",
+        "_trouble",
     )
 
     def __init__(
@@ -677,11 +956,13 @@ class FrameWindow:
         self.failed_token: int | None = None
         self._deadlines: deque[tuple[float, Iterable[int]]] = deque()  # batches, oldest first
         self._retry: dict[int, float] = {}  # token -> not before (its frame stays in .frames)
-        self._attempts: dict[int, int] = {}  # re-sends after an ack deadline, per token
-        # 503 / 10158 / 10008 answers: re-sent until this many seconds after the first one.
-        self.transient_budget = ack_timeout * (retries + 1) if transient_budget is None else float(transient_budget)
-        self._transient_since: dict[int, float] = {}
-        self._transient_sends: dict[int, int] = {}
+        self._trouble: dict[int, Trouble] = {}  # tokens that met trouble (see PublishPolicy)
+        if transient_budget is None:
+            transient_budget = PublishPolicy.default_budget(self.ack_timeout, retries)
+        self.transient_budget = float(transient_budget)
+        self.policy = PublishPolicy(
+            budget=self.transient_budget, retry_wait=self.retry_wait, per_subject_dedup=per_subject_dedup
+        )
 
     @property
     def in_flight(self) -> int:
@@ -713,51 +994,36 @@ class FrameWindow:
                     del frames[token]  # (the common case: _stored inlined)
                     if self._retry:
                         self._retry.pop(token, None)
+                    if self._trouble:
+                        self._trouble.pop(token, None)
                     self.written += 1
                     if fields.duplicate:
                         self.duplicates += 1
                     return len(frames) <= self.wake_level
-        if status == 503 and not data:
-            error: BaseException = NoStreamResponseError("no stream answered the publish (503 no responders)")
-        elif status is not None:
-            return self._fail(token, JetStreamError(f"unexpected status {status} in reply to a publish"))
-        else:
-            try:
-                ack = decode_pub_ack(data)
-            except (DuplicateMsgIdInProcessError, JetStreamUnavailableError) as exc:
-                error = exc  # "in process", "temporarily unavailable": transient, re-send
-            except MaxMsgsPerSubjectError as exc:  # (the server sends it with code 503)
-                if self.per_subject_dedup:
-                    return self._stored(token, True)
-                return self._fail(token, exc)
-            except StoreFailedError as exc:  # 10077 limits: a re-send gets the same answer
-                return self._fail(token, exc)
-            except JetStreamAPIError as exc:
-                if exc.code != 503:
-                    return self._fail(token, exc)
-                error = exc  # any other 503 body: no leader, no quorum (transient too)
-            except JetStreamError as exc:
-                return self._fail(token, exc)
-            else:
-                return self._stored(token, ack.duplicate)
+        reply = classify_reply(data, status)
+        if reply.ack is not None:
+            return self._stored(token, reply.ack.duplicate)
         if token in self._retry:
-            return False  # already scheduled (the answer to a second copy)
-        # Transient answers are re-sent for up to transient_budget seconds from the first one
-        # (a msg id can stay "in process" on a stream leader that lost its proposal until the
-        # duplicate window purges it), not a fixed number of times.
-        first = self._transient_since.setdefault(token, now)
-        if now - first >= self.transient_budget:
-            return self._fail(token, error, exhausted=self._transient_sends.get(token, 0))
-        n = self._transient_sends.get(token, 0)
-        self._transient_sends[token] = n + 1
-        self._retry[token] = now + min(5.0, self.retry_wait * (2 ** min(n, 8)))
-        return True
+            return False  # already scheduled: the answer to an earlier copy (the re-send will be answered)
+        trouble = self._trouble.get(token)
+        if trouble is None:
+            trouble = self._trouble[token] = Trouble()
+        decision = self.policy.on_reply(trouble, reply.disposition, reply.error, msg_id=True, now=now)
+        if decision.outcome is PENDING:
+            self._retry[token] = decision.at
+            return True
+        if decision.outcome is DUPLICATE:
+            return self._stored(token, True)
+        assert decision.error is not None
+        return self._fail(token, decision.error, exhausted=trouble.resends)
 
     def _stored(self, token: int, duplicate: bool | None) -> bool:
         frames = self.frames
         del frames[token]
         if self._retry:
             self._retry.pop(token, None)
+        if self._trouble:
+            self._trouble.pop(token, None)
         self.written += 1
         if duplicate:
             self.duplicates += 1
@@ -766,6 +1032,7 @@ class FrameWindow:
     def _fail(self, token: int, error: BaseException, exhausted: int = 0) -> bool:
         self.frames.pop(token, None)
         self._retry.pop(token, None)
+        self._trouble.pop(token, None)
         if self.failure is None:
             if exhausted:
                 _add_note(error, f"(after {exhausted} re-sends of the same frame)")
@@ -784,10 +1051,11 @@ class FrameWindow:
 
     def due(self, now: float) -> list[bytes]:
         """The frames to write again now: scheduled re-sends whose wait is over, and every
-        frame of a batch whose ack deadline passed (ambiguous: maybe stored). Each counts as an
-        attempt; a frame out of attempts fails the window (:attr:`failure`)."""
+        frame of a batch whose ack deadline passed (ambiguous: maybe stored) while the policy's
+        budget lasts; a frame past it fails the window (:attr:`failure`, ambiguous)."""
         frames = self.frames
         retry = self._retry
+        policy = self.policy
         tokens: list[int] = []
         if retry:
             for token, at in list(retry.items()):
@@ -798,16 +1066,20 @@ class FrameWindow:
         chosen = set(tokens)
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
-            for token in deadlines.popleft()[1]:
+            deadline, batch = deadlines.popleft()
+            sent_at = deadline - self.ack_timeout
+            for token in batch:
                 if token in frames and token not in retry and token not in chosen:
-                    attempts = self._attempts.get(token, 0)
-                    if attempts >= self.retries:
+                    trouble = self._trouble.get(token)
+                    if trouble is None:
+                        trouble = self._trouble[token] = Trouble()
+                    if not policy.on_no_answer(trouble, msg_id=True, sent_at=sent_at, now=now):
                         error = PubAckTimeoutError(
                             f"no PubAck within {self.ack_timeout:g} s: the message may or may not be stored"
                         )
-                        self._fail(token, error, exhausted=attempts)
+                        self._fail(token, error, exhausted=trouble.resends)
                         continue
-                    self._attempts[token] = attempts + 1
+                    trouble.resends += 1
                     tokens.append(token)
                     chosen.add(token)
         if not tokens:
@@ -818,11 +1090,19 @@ class FrameWindow:
 
     def everything(self, now: float) -> list[bytes]:
         """After a reconnect: every frame in flight, in token order, to write again on the new
-        connection (their acks may never come); deadlines restart. Not counted as attempts."""
+        connection (their acks may never come; each may have been stored); deadlines restart.
+        Not counted against the re-send budget."""
         frames = self.frames
         tokens = sorted(frames)
         self._retry.clear()
         self._deadlines.clear()
+        trouble = self._trouble
+        for token in tokens:
+            t = trouble.get(token)
+            if t is None:
+                trouble[token] = Trouble(maybe_stored=True)
+            else:
+                t.maybe_stored = True
         if tokens:
             self._deadlines.append((now + self.ack_timeout, tokens))
             self.resent += len(tokens)

@@ -4,10 +4,11 @@ Everything a pull consumer decides lives here; jssync only moves bytes and threa
 
 * :func:`build_pull_request` is THE one function that builds a ``CONSUMER.MSG.NEXT`` body;
   :func:`pull_subject` gives the subject it is published to (with the machine's inbox as reply).
-* :data:`STATUS_TABLE` is the status table: one literal tuple of :class:`StatusRule` rows, one
-  per JetStream status line a pull can receive, matched by code and exact description prefix
-  (:func:`classify_status`). What consume and fetch do with each status is data, enumerated by
-  the tests and by ``tools/gen_conformance.py``, which writes ``docs/conformance.md`` from it.
+* :data:`STATUS_TABLE` is the pull family of the status table in :mod:`jscore.status`: one
+  :class:`StatusRule` row per JetStream status line a pull can receive, matched by code and exact
+  description prefix (:func:`classify_status`). What consume and fetch do with each status is
+  data, enumerated by the tests and by ``tools/gen_conformance.py``, which writes
+  ``docs/conformance.md`` from it.
 * :func:`resolve_consume_options` / :func:`resolve_fetch_options` apply the reference defaults
   and refuse invalid options with :class:`InvalidOptionError` before anything is sent.
 * :class:`FetchMachine` (fetch and next) and :class:`ConsumeMachine` (consume) are the state
@@ -38,7 +39,6 @@ unknown status) never raises: it is classified or ignored.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import math
 from collections import deque
@@ -46,18 +46,14 @@ from typing import Final, NoReturn, Union
 
 import msgspec
 
+from . import status as _status
 from .errors import (
     ConnectionLostError,
-    ConsumerDeletedError,
-    ConsumerIsPushBasedError,
     InvalidOptionError,
     LocalProtocolError,
-    MaxBytesExceededError,
     NatsError,
     NoHeartbeatError,
-    PullBadRequestError,
     PullNoRespondersError,
-    PullRequestLimitError,
     PullStatusError,
 )
 from .headers import Headers
@@ -248,156 +244,23 @@ def pull_subject(api_prefix: str, stream: str, consumer: str) -> str:
 
 
 # ============================================================================ status table
+# The rows live in jscore/status.py (one table for every status the client interprets); these
+# names are the pull family's view of it, bound once (classify_status runs for every status).
 
-
-class Disposition(enum.Enum):
-    """What a machine does with a status. Consume and fetch have their own values (a fetch
-    never re-pulls, a consume never "ends, no error"); HEARTBEAT and FLOW_CONTROL are both's."""
-
-    HEARTBEAT = "heartbeat"
-    FLOW_CONTROL = "flow_control"
-    # consume
-    REPULL = "repull"
-    RESET_REPULL = "reset_repull"
-    WARN_REPULL = "warn_repull"
-    WARN_NO_SPIN = "warn_no_spin"
-    WARNING = "warning"
-    CLEAR_PIN_REPULL = "clear_pin_repull"
-    RETRY_BACKOFF = "retry_backoff"
-    TERMINAL = "terminal"
-    # fetch / next
-    END = "end"
-    END_ERROR = "end_error"
-    END_ERROR_IF_EMPTY = "end_error_if_empty"
-    END_CLEAR_PIN = "end_clear_pin"
-
-
+Disposition = _status.Disposition
 D = Disposition
+StatusRule = _status.StatusRule
 
-CONSUME_DISPOSITIONS: Final = frozenset(
-    {
-        D.HEARTBEAT,
-        D.FLOW_CONTROL,
-        D.REPULL,
-        D.RESET_REPULL,
-        D.WARN_REPULL,
-        D.WARN_NO_SPIN,
-        D.WARNING,
-        D.CLEAR_PIN_REPULL,
-        D.RETRY_BACKOFF,
-        D.TERMINAL,
-    }
-)
-FETCH_DISPOSITIONS: Final = frozenset(
-    {D.HEARTBEAT, D.FLOW_CONTROL, D.END, D.END_ERROR, D.END_ERROR_IF_EMPTY, D.END_CLEAR_PIN}
-)
+CONSUME_DISPOSITIONS: Final = _status.ALLOWED[_status.Context.CONSUME]
+FETCH_DISPOSITIONS: Final = _status.ALLOWED[_status.Context.FETCH]
+DISPOSITION_TEXT: Final = _status.DISPOSITION_TEXT
 
-DISPOSITION_TEXT: Final[dict[Disposition, str]] = {
-    D.HEARTBEAT: "activity only: resets the heartbeat watchdog",
-    D.FLOW_CONTROL: "reply with an empty message to its reply subject",
-    D.REPULL: "subtract pending; re-pull when at or under the threshold",
-    D.RESET_REPULL: "reset pending to 0; re-pull at once",
-    D.WARN_REPULL: "subtract pending; warning; re-pull when at or under the threshold",
-    D.WARN_NO_SPIN: "subtract pending; with messages still buffered: next pull after the "
-    "application takes one; with an empty buffer after a delivery: re-pull; when nothing came "
-    "at all (a message larger than max_bytes): warning once, no pull for `expires` seconds",
-    D.WARNING: "warning; no re-pull of its own (the pull was refused and has no pending "
-    "headers: the heartbeat watchdog recovers)",
-    D.CLEAR_PIN_REPULL: "clear the pin id; subtract pending (all of it without pending headers); "
-    "re-pull without `id`",
-    D.RETRY_BACKOFF: "warning; pending reset; retry with backoff; ends after K consecutive (default 3)",
-    D.TERMINAL: "consume ends with the error",
-    D.END: "ends, no error",
-    D.END_ERROR: "ends with the error",
-    D.END_ERROR_IF_EMPTY: "ends; error only if no message arrived",
-    D.END_CLEAR_PIN: "ends, no error; pin id cleared",
-}
+STATUS_TABLE: Final[tuple[StatusRule, ...]] = _status.rules(_status.Context.CONSUME)
+"""The pull rows of :data:`jscore.status.STATUS_TABLE`, in matching order (consume and fetch
+read the same rows)."""
+UNKNOWN_STATUS: Final = _status.catch_all(_status.Context.CONSUME)
 
-
-@dataclasses.dataclass(frozen=True)
-class StatusRule:
-    """One row of the status table.
-
-    ``code`` None is the catch-all row of unknown codes. ``description_prefix`` is matched with
-    ``str.startswith`` against the description exactly as the server sends it (case included;
-    never a substring search): ``""`` matches any description. ``error`` is the error type the
-    status is reported as, when it is reported (a terminal end, a fetch error, a warning).
-    """
-
-    code: int | None
-    description_prefix: str
-    consume: Disposition
-    fetch: Disposition
-    error: type[NatsError] | None
-    note: str
-
-
-R = StatusRule
-
-# Rows of one code are tried in order: specific prefixes first, the code's catch-all ("") last.
-# Descriptions checked against nats-server server/consumer.go and stream.go.
-STATUS_TABLE: Final[tuple[StatusRule, ...]] = (
-    R(100, "Idle Heartbeat", D.HEARTBEAT, D.HEARTBEAT, None,
-      "Sent every idle_heartbeat while a pull waits; no reply subject."),
-    R(100, "FlowControl Request", D.FLOW_CONTROL, D.FLOW_CONTROL, None,
-      "Push-consumer flow control; answered anyway if it ever reaches a pull inbox."),
-    R(100, "", D.HEARTBEAT, D.HEARTBEAT, None,
-      "Any other control message: counts as activity, nothing else."),
-    R(404, "No Messages", D.REPULL, D.END, None,
-      "A no_wait (or expires-less) pull found nothing."),
-    R(404, "", D.REPULL, D.END, None,
-      "Any other 404 is read as 'no messages'."),
-    R(408, "Request Timeout", D.REPULL, D.END, None,
-      "The pull expired; carries Nats-Pending-Messages / Nats-Pending-Bytes."),
-    R(408, "Interest Expired", D.REPULL, D.END, None,
-      "The reply subject lost interest (cross-account); carries pending headers."),
-    R(408, "", D.REPULL, D.END, None,
-      "Any other 408, e.g. 'Requests Pending' of a no_wait pull."),
-    R(409, "Message Size Exceeds MaxBytes", D.WARN_NO_SPIN, D.END_ERROR_IF_EMPTY, MaxBytesExceededError,
-      "The next message is larger than the pull's remaining max_bytes; carries pending headers."),
-    R(409, "Batch Completed", D.REPULL, D.END, None,
-      "The batch was filled before max_bytes; carries pending headers."),
-    R(409, "Leadership Change", D.RESET_REPULL, D.END, None,
-      "The consumer leader moved; no pending headers, so pending restarts from 0 (nats.go#2063)."),
-    R(409, "Server Shutdown", D.WARN_REPULL, D.END, None,
-      "The server is going down; carries pending headers."),
-    R(409, "Exceeded MaxWaiting", D.WARNING, D.END_ERROR, PullRequestLimitError,
-      "Too many pulls waiting on the consumer (max_waiting)."),
-    R(409, "Exceeded MaxRequestBatch", D.WARNING, D.END_ERROR, PullRequestLimitError,
-      "'Exceeded MaxRequestBatch of N': batch above the consumer's max_batch."),
-    R(409, "Exceeded MaxRequestExpires", D.WARNING, D.END_ERROR, PullRequestLimitError,
-      "'Exceeded MaxRequestExpires of D': expires above the consumer's max_expires."),
-    R(409, "Exceeded MaxRequestMaxBytes", D.WARNING, D.END_ERROR, PullRequestLimitError,
-      "'Exceeded MaxRequestMaxBytes of N': max_bytes above the consumer's max_bytes."),
-    R(409, "Consumer Deleted", D.TERMINAL, D.END_ERROR, ConsumerDeletedError,
-      "The consumer was deleted while the pull waited."),
-    R(409, "Consumer is push based", D.TERMINAL, D.END_ERROR, ConsumerIsPushBasedError,
-      "Pulls sent to a push consumer (terminal in ADR-37)."),
-    R(409, "", D.TERMINAL, D.END_ERROR, PullStatusError,
-      "Any other 409: unknown to this client, so not retried."),
-    R(400, "Bad Request", D.TERMINAL, D.END_ERROR, PullBadRequestError,
-      "'Bad Request - <reason>': the server refused the request."),
-    R(423, "Nats-Wrong-Pin-Id", D.CLEAR_PIN_REPULL, D.END_CLEAR_PIN, None,
-      "A waiting pull's pin id lost the pin (priority groups, ADR-42); carries pending headers."),
-    R(423, "Nats-Pin-Id mismatch", D.CLEAR_PIN_REPULL, D.END_CLEAR_PIN, None,
-      "A new pull carried a pin id that is not the pinned one; no pending headers."),
-    R(423, "", D.CLEAR_PIN_REPULL, D.END_CLEAR_PIN, None,
-      "Any other 423 is read as a pin id mismatch."),
-    R(503, "", D.RETRY_BACKOFF, D.END_ERROR, PullNoRespondersError,
-      "No responders: nothing serves the consumer's MSG.NEXT subject (consumer, stream or "
-      "JetStream gone or not ready)."),
-    R(None, "", D.TERMINAL, D.END_ERROR, PullStatusError,
-      "Any other status code (e.g. 412 Required Api Level): unknown, so not retried."),
-)
-
-UNKNOWN_STATUS: Final = STATUS_TABLE[-1]
-del R
-
-_BY_CODE: Final[dict[int, tuple[StatusRule, ...]]] = {}
-for _rule in STATUS_TABLE:
-    if _rule.code is not None:
-        _BY_CODE[_rule.code] = _BY_CODE.get(_rule.code, ()) + (_rule,)
-del _rule
+_BY_CODE: Final = _status.by_code(_status.Context.CONSUME)
 
 
 def classify_status(code: int, description: str | None) -> StatusRule:

@@ -7,14 +7,15 @@ writes them itself when the I/O thread is idle. The I/O thread settles each PubA
 client lock (a dict pop and a decode, see :class:`jscore.publish.FrameWindow`); no future, no
 callback and no thread hand-off per message.
 
-Whatever is ambiguous is written again as the same frame: a batch with no PubAck after
-``ack_timeout``, 503 no responders, 10158 "in process", and everything in flight after a
-reconnect. The stream's duplicate window (or, in subject mode, the per-subject limit) keeps it
-stored once. Those decisions and their timers belong to the core machine
+Whatever is ambiguous or transient is written again as the same frame (the core's
+:class:`jscore.publish.PublishPolicy`): a batch with no PubAck after ``ack_timeout``, 503 no
+responders, 10008, 10158 "in process", and everything in flight after a reconnect. The
+stream's duplicate window (or, in subject mode, the per-subject limit) keeps it stored once.
+Those decisions and their timers belong to the core machine
 (:class:`jscore.pubmachines.BulkPublishMachine`), which runs on the client's session: the I/O
 thread settles acks, fires deadlines and writes re-sends; the writer thread only hands over new
 frames and waits. :meth:`BulkPublisher.finish` returns only once every message is settled; the
-first definite refusal is raised (:attr:`FrameWindow.failure`).
+first failure is raised (:attr:`FrameWindow.failure`).
 
 Compared with ``js.publish_async`` (a :class:`PubAckFuture` per message, a window shared by
 threads, callbacks), this path does about a third of the per-message work; it exists for the

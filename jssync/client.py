@@ -23,13 +23,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, Union
 
 from jscore import events as ev
+from jscore import status
 from jscore.connection import ConnectOptions, State
 from jscore.errors import (
     ClientForkedError,
     ConnectionClosedError,
     InvalidOptionError,
     NatsError,
-    NoRespondersError,
     TimeoutError,
 )
 from jscore.headers import HeadersInput
@@ -562,8 +562,10 @@ class Client:
         if isinstance(item, _Stop):
             raise item.error or ConnectionClosedError("the connection closed")
         m = item.msg
-        if m.status == 503 and not m.data:
-            raise NoRespondersError(f"no responders on {subject!r}")
+        if m.status is not None and not m.data:  # a status reply: the status table decides
+            error = status.request_error(status.Context.REQUEST, m.status, m.description, subject)
+            if error is not None:
+                raise error
         return Msg._from_event(m, self)
 
     def flush(self, timeout: float = 2.0) -> None:

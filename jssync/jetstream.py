@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from jscore import jsapi
+from jscore import jsapi, status
 from jscore.errors import (
     InvalidOptionError,
     JetStreamError,
-    JetStreamNotEnabledError,
     NoRespondersError,
     StreamNotFoundError,
 )
@@ -115,13 +114,10 @@ class JetStream:
         JetStream is not enabled (or not reachable) for this account/domain/prefix."""
         try:
             return self._nc.request(subject, payload, timeout=timeout if timeout is not None else self.timeout)
-        except NoRespondersError as exc:
-            raise JetStreamNotEnabledError(
-                503,
-                0,
-                f"JetStream not available: no responders on {subject!r} "
-                "(JetStream not enabled, or wrong domain / api_prefix)",
-            ) from exc
+        except NoRespondersError as exc:  # (the 503 of a request: the status table's API row says what it means)
+            error = status.request_error(status.Context.API, 503, None, subject)
+            assert error is not None
+            raise error from exc
 
     def _api(self, suffix: str, payload: bytes = b"", *, timeout: float | None = None) -> bytes:
         """One JetStream API request on ``<api_prefix><suffix>``; returns the raw reply body."""
@@ -365,8 +361,9 @@ class JetStream:
     ) -> None:
         """Publishing settings of this context (see :meth:`jssync.publish.Publisher.configure`):
         ``max_pending`` async publishes in flight (4000), their ``ack_timeout`` (the context's
-        timeout), the no-responders ``retry_attempts`` (2) ``retry_wait`` (0.25 s) apart, and
-        ``auto_msg_id`` (a msg id for every async publish, so all are re-sent after a reconnect)."""
+        timeout), the re-send budget ``ack_timeout * (retry_attempts + 1)`` (``retry_attempts``
+        2) with re-sends backing off from ``retry_wait`` (0.25 s), and ``auto_msg_id`` (a msg id
+        for every async publish, so all are re-sent after a reconnect)."""
         self._pub().configure(
             max_pending=max_pending,
             ack_timeout=ack_timeout,

@@ -234,11 +234,13 @@ class Publisher:
 
         ``max_pending`` (4000): async publishes in flight before ``publish_async`` blocks.
         ``ack_timeout`` (the context's timeout): how long an async publish waits for its PubAck,
-        counted from when it was (re)sent and not while disconnected; then it fails with
-        :class:`PubAckTimeoutError`. ``retry_attempts`` (2) and ``retry_wait`` (0.25 s): how
-        often and how long apart a publish answered by "no responders" (no stream yet, leader
-        election) or 10158 (same msg id in process) is sent again. ``auto_msg_id`` (False): give
-        every async publish a unique msg id, so all of them are re-sent after a reconnect.
+        counted from when it was (re)sent and not while disconnected; then one with a msg id is
+        sent again and one without fails with :class:`PubAckTimeoutError`. ``retry_attempts``
+        (2): the re-send budget is ``ack_timeout * (retry_attempts + 1)`` seconds from a
+        publish's first trouble (a transient answer such as "no responders", or a missed ack
+        deadline); ``retry_wait`` (0.25 s): the first wait between re-sends, doubling up to 5 s.
+        ``auto_msg_id`` (False): give every async publish a unique msg id, so all of them are
+        re-sent after a reconnect or a missed ack deadline.
         """
         if auto_msg_id is not None and not isinstance(auto_msg_id, bool):
             raise InvalidOptionError("auto_msg_id must be a bool")
@@ -289,11 +291,14 @@ class Publisher:
     ) -> PubAck:
         """Publish and wait for the PubAck (see the module docstring for the outcomes).
 
-        A "no responders" answer (no stream captures the subject yet, or its leader is being
-        elected) and a 10158 "duplicate message id is in process" are sent again
-        ``retry_attempts`` times, ``retry_wait`` apart, within ``timeout``. Everything else is
-        final: an API error is raised at once, never retried.
+        What a reply means and whether the publish is sent again is the core's publish-outcome
+        policy (:class:`jscore.publish.PublishPolicy`, shared with ``publish_async`` and the bulk
+        writer): a "no responders" answer (no stream captures the subject yet, or its leader is
+        being elected) is sent again, and so are 10158 "in process" and 10008 "temporarily
+        unavailable" when the publish has a msg id, with backoff from ``retry_wait``, within
+        ``timeout``. Any other error answer is final and raised at once.
         """
+        mid: str | None = None
         if (
             msg_id is None
             and expected_stream is None
@@ -304,7 +309,8 @@ class Publisher:
             and ttl is None
         ):
             hdrs = headers
-            mid: str | None = None
+            if hdrs is not None:  # a Nats-Msg-Id given in the headers makes re-sends safe too
+                mid = Headers(hdrs).get(MSG_ID) or None
         else:
             hdrs, mid = publish_headers(
                 headers,
@@ -332,9 +338,11 @@ class Publisher:
             if self._prefix_b is not prefix:
                 frame = None  # a new PubAck inbox: the frame must name it
             first = not window.pending
-            window.add(entry, _monotonic(), machine.gen if machine.connected else machine.gen + 1, token)
-            # The caller's own timeout rules; the window's deadline is only a backstop.
-            entry.deadline = entry.deadline - window.ack_timeout + t
+            now = _monotonic()
+            window.add(entry, now, machine.gen if machine.connected else machine.gen + 1, token)
+            # The caller's timeout rules: no re-send past it (the policy gives up instead), and
+            # the window's ack deadline is the same moment (a backstop of the caller's own wait).
+            entry.limit = entry.deadline = now + t
             try:
                 if frame is None or not conn.publish_frame(frame, size):
                     conn.publish_inbox(subject, payload, self._prefix_b + token.encode(), hdrs)

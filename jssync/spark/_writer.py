@@ -11,9 +11,11 @@ checked on the I/O thread):
 * or taken from a column (``msgIdColumn``) when the plan is not deterministic.
 
 Every ack is checked. A publish whose outcome is unknown (no PubAck within ``ack_timeout``, a
-lost connection), that found no stream (503) or whose id was "in process" (10158) is sent again
-as **the same frame** (same msg id), up to ``retries`` times (503 and 10158 with a growing
-back-off); a definite refusal fails the task. A task never
+lost connection), that found no stream (503), no leader (10008) or whose id was "in process"
+(10158) is sent again as **the same frame** (same msg id), within ``ack_timeout * (retries + 1)``
+seconds of its first trouble (after an answer with a growing back-off), as
+:class:`jscore.publish.PublishPolicy` decides for every publisher; a definite refusal fails the
+task, and so does a publish still unconfirmed after that budget. A task never
 returns while one of its publishes is unacknowledged. With ``dedupeMode=subject`` the id is also
 the last token of the subject (``<subject>.<id>``) on a ``discard_new_per_subject`` stream with
 ``max_msgs_per_subject=1``, and the refusal :class:`MaxMsgsPerSubjectError` means "already

@@ -1,5 +1,5 @@
-"""docs/conformance.md is generated from jscore.pull.STATUS_TABLE and
-jscore.directget.DIRECT_GET_STATUS_TABLE and must not be stale."""
+"""docs/conformance.md is generated from jscore.status.STATUS_TABLE (every family: pull, direct
+get, publish replies, requests) and must not be stale."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from jscore.directget import DIRECT_GET_STATUS_TABLE
-from jscore.pull import STATUS_TABLE
+from jscore.status import STATUS_TABLE, Family, family_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "gen_conformance.py"
@@ -41,17 +40,45 @@ def test_check_fails_on_a_stale_file(tmp_path: Path) -> None:
 
 
 def _rows(section: str) -> list[str]:
-    return [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| Code")]
+    """The rows of the section's status table (the first table after that heading)."""
+    lines = section[section.index("### The status table") :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start + 2 : end]  # (after the header and rule lines)
+
+
+SECTIONS = {
+    Family.PULL: "## Pull consumers (ADR-37)",
+    Family.DIRECT_GET: "## Direct get (ADR-31)",
+    Family.PUBLISH: "## Publish replies",
+}
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return text[start : end if end >= 0 else len(text)]
 
 
 def test_every_row_is_in_the_doc() -> None:
-    pull_part, direct_part = DOC.read_text(encoding="utf-8").split("## Direct get (ADR-31)", 1)
-    for table, rows in ((STATUS_TABLE, _rows(pull_part)), (DIRECT_GET_STATUS_TABLE, _rows(direct_part))):
-        assert len(rows) == len(table)
+    text = DOC.read_text(encoding="utf-8")
+    checked = 0
+    for family, heading in SECTIONS.items():
+        rows = _rows(_section(text, heading))
+        table = family_rules(family)
+        assert len(rows) == len(table), family
         for rule, row in zip(table, rows):
             assert rule.note.replace("|", "\\|") in row
             if rule.description_prefix:
                 assert f"`{rule.description_prefix}`" in row
+        checked += len(table)
+    requests = _rows(_section(text, "## Requests"))
+    table = family_rules(Family.REQUEST) + family_rules(Family.API_REQUEST)
+    assert len(requests) == len(table)
+    for rule, row in zip(table, requests):
+        assert rule.note.replace("|", "\\|") in row
+    checked += len(table)
+    assert checked == len(STATUS_TABLE)
 
 
 def test_command_line_check() -> None:

@@ -231,3 +231,61 @@ def test_every_token_ends_settled_or_failed(events: list[tuple[int, str]], retri
     assert w.in_flight == 0
     assert w.written == len(stored)
     assert (w.failure is None) == (len(stored) == 20)
+
+
+# ------------------------------------------------------------------ the publish-outcome policy
+
+
+def test_a_frame_in_doubt_after_a_reconnect_never_fails_as_definite() -> None:
+    """Its first copy may be stored (its ack was lost with the connection): 503s for the whole
+    budget end the window with the ambiguous PubAckTimeoutError, not NoStreamResponseError."""
+    w = FrameWindow(ack_timeout=1.0, retries=1, retry_wait=0.1)
+    w.sent([0], [b"F0"], 0.0)
+    assert w.everything(0.5) == [b"F0"]
+    now = 0.5
+    while w.failure is None:
+        assert w.receive_ack(0, b"", 503, now) is True
+        out: list[bytes] = []
+        while w.failure is None and not out:
+            now = w.next_deadline() or now
+            out = w.due(now)  # (an old batch deadline passes while the re-send waits: nothing)
+        assert w.failure is not None or out == [b"F0"]
+    assert isinstance(w.failure, PubAckTimeoutError) and isinstance(w.failure.__cause__, NoStreamResponseError)
+    assert now - 0.5 >= 2.0 - 1e-9  # the budget: ack_timeout * (retries + 1)
+
+
+def test_refusal_of_a_frame_resent_after_its_deadline_is_ambiguous() -> None:
+    w = FrameWindow(ack_timeout=1.0, retries=2)
+    w.sent([0], [b"F0"], 0.0)
+    assert w.due(1.0) == [b"F0"]
+    w.receive_ack(0, err(400, 10071, "wrong last sequence: 4"), None, 1.2)
+    assert isinstance(w.failure, PubAckTimeoutError) and "wrong last sequence" in str(w.failure)
+
+
+def test_refusal_without_doubt_is_definite() -> None:
+    w = FrameWindow()
+    w.sent([0], [b"F0"], 0.0)
+    w.receive_ack(0, b"", 503, 0.0)
+    w.due(1.0)
+    w.receive_ack(0, err(400, 10071, "wrong last sequence: 4"), None, 1.0)
+    assert type(w.failure).__name__ == "WrongLastSequenceError"
+
+
+def test_an_answer_to_an_earlier_copy_is_ignored_while_a_resend_waits() -> None:
+    w = FrameWindow(retry_wait=1.0)
+    w.sent([0], [b"F0"], 0.0)
+    w.receive_ack(0, b"", 503, 0.0)
+    assert w.receive_ack(0, err(400, 10071, "wrong last sequence: 4"), None, 0.1) is False
+    assert w.failure is None and w.in_flight == 1
+
+
+def test_missed_deadlines_and_transient_answers_share_one_budget() -> None:
+    """The budget runs from the first trouble: here the send whose deadline passed at 1.0."""
+    w = FrameWindow(ack_timeout=1.0, retries=2, retry_wait=0.1)  # budget 3 s
+    w.sent([0], [b"F0"], 0.0)
+    assert w.due(1.0) == [b"F0"]  # no answer: re-sent (trouble since 0.0)
+    assert w.receive_ack(0, b"", 503, 1.1) is True  # re-sent with backoff
+    assert w.next_deadline() == pytest.approx(1.3)  # the second re-send: 0.1 doubled
+    assert w.due(1.3) == [b"F0"]
+    w.receive_ack(0, b"", 503, 3.0)  # 3 s after the first send: spent
+    assert isinstance(w.failure, PubAckTimeoutError)  # it may have been stored by the first copy

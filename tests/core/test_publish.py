@@ -239,24 +239,42 @@ class TestWindowBasics:
 
 
 class TestRetries:
-    def test_no_responders_retried_then_fails_definite(self) -> None:
-        w: PublishWindow[PendingPublish] = PublishWindow(retry_attempts=2, retry_wait=0.25)
+    """Transient answers, as PublishPolicy decides them: re-sent with backoff (retry_wait
+    doubling) for ack_timeout * (retry_attempts + 1) seconds from the first one."""
+
+    def test_no_responders_resent_with_backoff_then_fails_definite(self) -> None:
+        w: PublishWindow[PendingPublish] = PublishWindow(ack_timeout=1.0, retry_attempts=1, retry_wait=0.25)
+        assert w.policy.budget == 2.0
         e = entry()
         t = w.add(e, 0.0, 0)
-        now = 0.01
-        for attempt in (1, 2):
+        now = 0.0
+        for attempt, wait in ((1, 0.25), (2, 0.5), (3, 1.0)):
             got = w.receive_ack(t, b"", 503, now)
             assert got is e and e.outcome is PENDING and e.attempts == attempt
-            assert len(w) == 1 and w.next_deadline() == pytest.approx(now + 0.25)
-            settled, resend = w.handle_timeout(now + 0.1)
+            assert len(w) == 1 and w.next_deadline() == pytest.approx(now + wait)
+            settled, resend = w.handle_timeout(now + wait - 0.01)
             assert settled == [] and resend == []  # not due yet
-            settled, resend = w.handle_timeout(now + 0.25, gen=0)
+            settled, resend = w.handle_timeout(now + wait, gen=0)
             assert resend == [e] and e.sends == attempt + 1
-            now += 0.3
-        w.receive_ack(t, b"", 503, now)
+            now += wait
+        assert now == 1.75
+        w.receive_ack(t, b"", 503, 2.0)  # 2 s after the first 503: the budget is spent
         assert e.outcome is FAILED and isinstance(e.error, NoStreamResponseError)
         assert isinstance(e.error, NoRespondersError) and isinstance(e.error, JetStreamError)
-        assert w.stats.retried == 2 and len(w) == 0
+        assert w.stats.retried == 3 and len(w) == 0
+
+    def test_backoff_is_capped(self) -> None:
+        w: PublishWindow[PendingPublish] = PublishWindow(ack_timeout=100.0, retry_wait=1.0)
+        e = entry()
+        t = w.add(e, 0.0, 0)
+        now = 0.0
+        waits = []
+        for _ in range(6):
+            w.receive_ack(t, b"", 503, now)
+            waits.append(e.retry_at - now)
+            now = e.retry_at
+            w.handle_timeout(now, 0)
+        assert waits == [1.0, 2.0, 4.0, 5.0, 5.0, 5.0]
 
     def test_retry_that_succeeds(self) -> None:
         w: PublishWindow[PendingPublish] = PublishWindow()
@@ -268,8 +286,8 @@ class TestRetries:
         w.receive_ack(t, ack(1), None, 1.1)
         assert e.outcome is ACKED
 
-    def test_in_process_10158_retried_then_ambiguous(self) -> None:
-        w: PublishWindow[PendingPublish] = PublishWindow(retry_attempts=1)
+    def test_in_process_10158_resent_then_ambiguous(self) -> None:
+        w: PublishWindow[PendingPublish] = PublishWindow(transient_budget=1.0)
         e = entry("m")
         t = w.add(e, 0.0, 0)
         body = api_err(409, 10158, "duplicate message id is in process")
@@ -279,11 +297,28 @@ class TestRetries:
         w.receive_ack(t, body, None, 1.0)
         assert e.outcome is UNKNOWN and isinstance(e.error, DuplicateMsgIdInProcessError)
 
-    def test_zero_retries(self) -> None:
-        w: PublishWindow[PendingPublish] = PublishWindow(retry_attempts=0)
+    def test_zero_budget_fails_at_once(self) -> None:
+        w: PublishWindow[PendingPublish] = PublishWindow(transient_budget=0.0)
         e = entry()
         w.receive_ack(w.add(e, 0.0, 0), b"", 503, 0.0)
         assert e.outcome is FAILED
+
+    def test_zero_retry_attempts_still_resend_for_one_ack_timeout(self) -> None:
+        w: PublishWindow[PendingPublish] = PublishWindow(ack_timeout=2.0, retry_attempts=0)
+        assert w.policy.budget == 2.0
+        e = entry()
+        t = w.add(e, 0.0, 0)
+        w.receive_ack(t, b"", 503, 0.0)
+        assert e.outcome is PENDING
+
+    def test_temporarily_unavailable_resent_only_with_a_msg_id(self) -> None:
+        body = api_err(503, 10008, "JetStream system temporarily unavailable")
+        w: PublishWindow[PendingPublish] = PublishWindow()
+        with_id, plain = entry("m"), entry()
+        w.receive_ack(w.add(with_id, 0.0, 0), body, None, 0.0)
+        w.receive_ack(w.add(plain, 0.0, 0), body, None, 0.0)
+        assert with_id.outcome is PENDING
+        assert plain.outcome is FAILED and type(plain.error).__name__ == "JetStreamUnavailableError"
 
 
 class TestDeadlines:
@@ -376,6 +411,110 @@ class TestConnection:
         assert e.outcome is UNKNOWN and e.error is err and len(w) == 0
 
 
+class TestMaybeStored:
+    """An entry that an earlier send may have stored is never settled as a definite failure,
+    and a PubAck that arrives while the entry waits for its re-send settles it."""
+
+    def test_resent_after_a_reconnect_then_no_responders_is_never_definite(self) -> None:
+        """The measured R3 case: stored, its ack lost with the connection; the re-send meets 503
+        while the stream's leader is elected."""
+        w: PublishWindow[PendingPublish] = PublishWindow(ack_timeout=1.0, retry_attempts=1, retry_wait=0.1)
+        e = entry("m1")
+        t = w.add(e, 0.0, 0)
+        assert w.connection_lost(0) == []
+        _, resend = w.reconnected(1, 5.0)
+        assert resend == [e]
+        now = 5.0
+        while True:
+            got = w.receive_ack(t, b"", 503, now)
+            assert got is e
+            if e.outcome is not PENDING:
+                break
+            now = e.retry_at
+            _, resend = w.handle_timeout(now, 1)
+            assert resend == [e]
+        assert now - 5.0 >= w.policy.budget - 1e-9
+        assert e.outcome is UNKNOWN and isinstance(e.error, PubAckTimeoutError)
+        assert isinstance(e.error.__cause__, NoStreamResponseError)
+        assert w.stats.failed == 0 and w.stats.unknown == 1
+
+    def test_resent_after_a_reconnect_then_stored_as_a_duplicate(self) -> None:
+        w: PublishWindow[PendingPublish] = PublishWindow()
+        e = entry("m1")
+        t = w.add(e, 0.0, 0)
+        w.connection_lost(0)
+        w.reconnected(1, 1.0)
+        for now in (1.0, 1.25, 1.75):  # three 503s during the election: still re-sent
+            w.receive_ack(t, b"", 503, now)
+            assert e.outcome is PENDING
+            w.handle_timeout(now + 1.0, 1)
+        w.receive_ack(t, ack(7, duplicate=True), None, 3.0)
+        assert e.outcome is DUPLICATE and e.ack is not None and e.ack.seq == 7
+
+    def test_refusal_after_a_deadline_resend_is_ambiguous(self) -> None:
+        """Stored, its ack lost; the re-send's expected-last-sequence check fails because of the
+        first copy: the refusal cannot prove that nothing was stored."""
+        w: PublishWindow[PendingPublish] = PublishWindow(ack_timeout=1.0)
+        e = entry("m1")
+        t = w.add(e, 0.0, 0)
+        settled, resend = w.handle_timeout(1.0, 0)
+        assert settled == [] and resend == [e] and e.deadline == 2.0  # a msg id: sent again
+        w.receive_ack(t, api_err(400, 10071, "wrong last sequence: 1"), None, 1.1)
+        assert e.outcome is UNKNOWN and isinstance(e.error, PubAckTimeoutError)
+        assert isinstance(e.error.__cause__, WrongLastSequenceError)
+
+    def test_in_process_then_no_responders_is_ambiguous(self) -> None:
+        w: PublishWindow[PendingPublish] = PublishWindow(transient_budget=0.5)
+        e = entry("m1")
+        t = w.add(e, 0.0, 0)
+        w.receive_ack(t, api_err(409, 10158, "duplicate message id is in process"), None, 0.0)
+        w.handle_timeout(0.25, 0)
+        w.receive_ack(t, b"", 503, 0.6)
+        assert e.outcome is UNKNOWN and isinstance(e.error, PubAckTimeoutError)
+
+    def test_refusal_with_no_earlier_doubt_stays_definite(self) -> None:
+        w: PublishWindow[PendingPublish] = PublishWindow()
+        e = entry("m1")
+        t = w.add(e, 0.0, 0)
+        w.receive_ack(t, b"", 503, 0.0)  # not stored: no doubt
+        w.handle_timeout(1.0, 0)
+        w.receive_ack(t, api_err(400, 10071, "wrong last sequence: 3"), None, 1.1)
+        assert e.outcome is FAILED and isinstance(e.error, WrongLastSequenceError)
+
+    def test_missed_deadlines_resend_msg_id_entries_within_the_budget(self) -> None:
+        w: PublishWindow[PendingPublish] = PublishWindow(ack_timeout=1.0, retry_attempts=2)
+        e, plain = entry("m1"), entry()
+        w.add(e, 0.0, 0)
+        w.add(plain, 0.0, 0)
+        settled, resend = w.handle_timeout(1.0, 0)
+        assert settled == [plain] and plain.outcome is UNKNOWN  # no msg id: ambiguous at once
+        assert resend == [e]
+        assert w.handle_timeout(2.0, 0) == ([], [e])
+        settled, resend = w.handle_timeout(3.0, 0)  # 3 s since the first send: budget spent
+        assert settled == [e] and resend == [] and isinstance(e.error, PubAckTimeoutError)
+        assert e.sends == 3 and w.stats.retried == 2
+
+    def test_ack_while_waiting_for_the_resend_settles_it(self) -> None:
+        w: PublishWindow[PendingPublish] = PublishWindow(retry_wait=1.0)
+        e = entry("m1")
+        t = w.add(e, 0.0, 0)
+        w.receive_ack(t, b"", 503, 0.0)
+        assert t in w.retrying
+        assert w.receive_ack(t, b"", 503, 0.1) is None  # another copy's 503: already waiting
+        got = w.receive_ack(t, ack(9), None, 0.2)  # an earlier copy was stored after all
+        assert got is e and e.outcome is ACKED and e.ack is not None and e.ack.seq == 9
+        assert len(w) == 0 and w.stats.acked == 1
+        assert w.handle_timeout(5.0, 0) == ([], [])  # nothing is re-sent
+
+    def test_error_answer_while_waiting_is_ignored(self) -> None:
+        w: PublishWindow[PendingPublish] = PublishWindow(retry_wait=1.0)
+        e = entry("m1")
+        t = w.add(e, 0.0, 0)
+        w.receive_ack(t, b"", 503, 0.0)
+        assert w.receive_ack(t, api_err(400, 10071, "wrong last sequence: 3"), None, 0.1) is None
+        assert e.outcome is PENDING and w.stats.late == 1
+
+
 # =============================================================================== stateful
 
 
@@ -384,7 +523,9 @@ class WindowModel(RuleBasedStateMachine):
 
     Invariants: every entry is pending or settled exactly once (never both, never twice); the
     window never holds more than max_pending new publishes; an entry with a msg id is never
-    settled by a connection loss; entries are settled only with the outcome their answers allow.
+    settled by a connection loss; entries are settled only with the outcome their answers allow;
+    an entry that an earlier send may have stored (the model's own account: in flight when the
+    connection dropped, past its ack deadline, or answered "in process") is never FAILED.
     """
 
     def __init__(self) -> None:
@@ -398,6 +539,7 @@ class WindowModel(RuleBasedStateMachine):
         self.entries: list[PendingPublish] = []
         self.settled_count: dict[int, int] = {}
         self.seq = 0
+        self.maybe_stored: set[int] = set()
 
     def _record(self, settled: list[PendingPublish]) -> None:
         for e in settled:
@@ -411,10 +553,12 @@ class WindowModel(RuleBasedStateMachine):
         self.w.add(e, self.now, self.gen if self.connected else self.gen + 1)
         self.entries.append(e)
 
-    @precondition(lambda self: bool(self.w.pending) and self.connected)
-    @rule(data=st.data(), kind=st.sampled_from(["ok", "dup", "err", "503", "late"]))
+    @precondition(lambda self: bool(self.w.pending or self.w.retrying) and self.connected)
+    @rule(data=st.data(), kind=st.sampled_from(["ok", "dup", "err", "503", "10008", "inproc", "late"]))
     def answer(self, data: st.DataObject, kind: str) -> None:
-        token = data.draw(st.sampled_from(sorted(self.w.pending)))
+        token = data.draw(st.sampled_from(sorted(self.w.pending) + sorted(self.w.retrying)))
+        waiting = token in self.w.retrying
+        target = self.w.pending.get(token) or self.w.retrying.get(token)
         if kind == "late":
             token = "999999"
         self.seq += 1
@@ -423,15 +567,25 @@ class WindowModel(RuleBasedStateMachine):
             "dup": (ack(self.seq, duplicate=True), None),
             "err": (api_err(400, 10071, "wrong last sequence"), None),
             "503": (b"", 503),
+            "10008": (api_err(503, 10008, "JetStream system temporarily unavailable"), None),
+            "inproc": (api_err(409, 10158, "duplicate message id is in process"), None),
             "late": (ack(self.seq), None),
         }[kind]
         got = self.w.receive_ack(token, body, status, self.now)
+        if kind in ("ok", "dup"):
+            assert got is target and got is not None and got.outcome in (ACKED, DUPLICATE)  # also while waiting
+        elif waiting or kind == "late":
+            assert got is None
+        if kind == "inproc" and target is not None and not waiting:
+            self.maybe_stored.add(id(target))
         if got is not None and got.outcome is not PENDING:
             self._record([got])
 
     @rule(dt=st.floats(min_value=0.0, max_value=1.5))
     def time_passes(self, dt: float) -> None:
         self.now += dt
+        if self.connected:  # past their ack deadline: maybe stored
+            self.maybe_stored.update(id(e) for e in self.w.pending.values() if e.deadline <= self.now)
         settled, resend = self.w.handle_timeout(self.now, self.gen if self.connected else self.gen + 1)
         self._record(settled)
         for e in resend:
@@ -440,6 +594,7 @@ class WindowModel(RuleBasedStateMachine):
     @precondition(lambda self: self.connected)
     @rule()
     def disconnect(self) -> None:
+        self.maybe_stored.update(id(e) for e in self.w.pending.values() if e.gen <= self.gen)
         self.connected = False
         settled = self.w.connection_lost(self.gen)
         for e in settled:
@@ -467,6 +622,12 @@ class WindowModel(RuleBasedStateMachine):
                 assert e.outcome is PENDING and n == 0
             else:
                 assert e.outcome is not PENDING and n == 1, (e, n)
+
+    @invariant()
+    def maybe_stored_is_never_a_definite_failure(self) -> None:
+        for e in self.entries:
+            if id(e) in self.maybe_stored:
+                assert e.outcome is not FAILED, (e, e.error)
 
     @invariant()
     def window_bounded(self) -> None:

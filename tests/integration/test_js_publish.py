@@ -302,28 +302,31 @@ def test_max_bytes_discard_new_until_refused_then_purge(nc: Client) -> None:
 
 
 def test_no_stream_retried_then_definite_failure(nc: Client) -> None:
+    """503 no responders is sent again with backoff (0.25 s doubling) within the call's timeout,
+    then raised as the definite NoStreamResponseError."""
     js = nc.jetstream()
     subject = f"{unique('none').lower()}.x"
     with PublishCounter(nc, subject) as counter:
         t0 = time.monotonic()
         with pytest.raises(NoStreamResponseError) as ei:
-            js.publish(subject, b"x", timeout=5)
+            js.publish(subject, b"x", timeout=2)
         elapsed = time.monotonic() - t0
-        assert counter.count == 3  # the first try + 2 retries
-    assert 0.45 <= elapsed < 2.0
+        assert counter.count == 4  # sent at 0, 0.25, 0.75 and 1.75 s; the next (3.75 s) is past the timeout
+    assert 1.7 <= elapsed < 2.5
     assert isinstance(ei.value, NoRespondersError) and isinstance(ei.value, JetStreamError)
     assert not isinstance(ei.value, TimeoutError)  # definite, not ambiguous
 
 
-def test_no_responders_retries_configurable(nc: Client) -> None:
+def test_no_responders_backoff_configurable(nc: Client) -> None:
     js = nc.jetstream()
-    js.configure_publish(retry_attempts=0)
+    js.configure_publish(retry_wait=1.0)
     subject = f"{unique('none').lower()}.x"
     with PublishCounter(nc, subject) as counter:
         t0 = time.monotonic()
         with pytest.raises(NoStreamResponseError):
-            js.publish(subject, b"x")
-        assert counter.count == 1 and time.monotonic() - t0 < 0.4
+            js.publish(subject, b"x", timeout=1.5)
+        assert counter.count == 2  # at 0 and 1 s; the next would be at 3 s
+        assert 0.95 <= time.monotonic() - t0 < 1.5
 
 
 def test_stream_appearing_during_the_retries(nc: Client) -> None:

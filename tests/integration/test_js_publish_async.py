@@ -24,7 +24,7 @@ from jscore.errors import (
     TooManyStalledMsgsError,
     WrongLastSequenceError,
 )
-from jscore.publish import ACKED, DUPLICATE, UNKNOWN
+from jscore.publish import ACKED, DUPLICATE, FAILED
 from jssync.client import Client
 from jssync.publish import PubAckFuture
 from jssync.server import NatsCluster, NatsServer
@@ -204,14 +204,14 @@ def test_blocked_publisher_resumes_when_acks_arrive(proxied: tuple[Client, Fault
     js.configure_publish(max_pending=4, ack_timeout=0.5)
     proxy.drop_frames("down", is_pub_ack_frame, count=4)
     first = [js.publish_async(subj(name), b"x", msg_id=f"id{i}") for i in range(4)]
-    # The window is full until the four acks time out (0.5 s); then there is room again.
+    # The window is full until the four acks time out (0.5 s) and the re-sends (they have msg
+    # ids) are answered; then there is room again.
     t0 = time.monotonic()
     later = js.publish_async(subj(name), b"y", timeout=5)
     assert 0.4 <= time.monotonic() - t0 < 2.5
-    for f in first:
-        with pytest.raises(PubAckTimeoutError):
-            f.result(timeout=2)
-        assert f.outcome is UNKNOWN
+    for i, f in enumerate(first):
+        ack = f.result(timeout=2)
+        assert ack.duplicate and ack.seq == i + 1 and f.outcome is DUPLICATE  # stored the first time
     assert later.result(timeout=5).seq == 5
 
 
@@ -221,13 +221,25 @@ def test_ack_deadline_is_ambiguous(proxied: tuple[Client, FaultProxy, str]) -> N
     js.configure_publish(ack_timeout=0.5)
     proxy.drop_frames("down", is_pub_ack_frame, count=1)
     t0 = time.monotonic()
-    fut = js.publish_async(subj(name), b"x", msg_id="late-1")
+    fut = js.publish_async(subj(name), b"x")  # no msg id: it cannot be sent again safely
     with pytest.raises(PubAckTimeoutError):
         fut.result(timeout=5)
     assert 0.45 <= time.monotonic() - t0 < 2.0
-    # ambiguous: it was in fact stored; the retry with the same msg id says so
-    again = js.publish_async(subj(name), b"x", msg_id="late-1").result(timeout=5)
-    assert again.duplicate and again.seq == 1
+    assert stream_state(c, name)["messages"] == 1  # ambiguous: it was in fact stored
+
+
+def test_ack_deadline_resends_a_msg_id_publish(proxied: tuple[Client, FaultProxy, str]) -> None:
+    """With a msg id a missed ack deadline sends the same publish again (within the re-send
+    budget): the stream answers duplicate, and the future has the original sequence."""
+    c, proxy, name = proxied
+    js = c.jetstream()
+    js.configure_publish(ack_timeout=0.5)
+    proxy.drop_frames("down", is_pub_ack_frame, count=1)
+    t0 = time.monotonic()
+    ack = js.publish_async(subj(name), b"x", msg_id="late-1").result(timeout=5)
+    assert 0.45 <= time.monotonic() - t0 < 2.0
+    assert ack.duplicate and ack.seq == 1
+    assert js._pub().stats.retried == 1
     assert stream_state(c, name)["messages"] == 1
 
 
@@ -235,13 +247,16 @@ def test_ack_deadline_is_ambiguous(proxied: tuple[Client, FaultProxy, str]) -> N
 
 
 def test_no_stream_async_retried_then_definite(nc: Client) -> None:
+    """503 is sent again with backoff (0.25 s doubling) for ack_timeout * (retry_attempts + 1)
+    seconds from the first one, then settles as the definite NoStreamResponseError."""
     js = nc.jetstream()
+    js.configure_publish(ack_timeout=0.5, retry_attempts=1)  # budget 1 s
     t0 = time.monotonic()
     fut = js.publish_async(f"{unique('none').lower()}.x", b"x")
     with pytest.raises(NoStreamResponseError):
         fut.result(timeout=5)
-    assert 0.45 <= time.monotonic() - t0 < 2.0
-    assert js._pub().stats.retried == 2
+    assert 1.7 <= time.monotonic() - t0 < 2.5  # 503s at 0, 0.25, 0.75, 1.75 s (past the budget)
+    assert js._pub().stats.retried == 3
 
 
 def test_stream_appearing_during_async_retries(nc: Client) -> None:
@@ -498,6 +513,59 @@ def test_cluster_stream_leader_killed_ledger(nats_cluster_factory: Callable[...,
         assert state["last_seq"] == total, "a message was stored twice"
     finally:
         c.close()
+
+
+@pytest.mark.timeout(300)
+def test_cluster_clients_node_killed_no_stored_message_is_refused(
+    nats_cluster_factory: Callable[..., NatsCluster],
+) -> None:
+    """R3 stream; the publishing client is connected to the stream leader's node, which is
+    SIGKILLed mid-run. Publishes in flight on it may be stored with their acks lost; their
+    re-sends meet 503 and 10008 while a new leader is elected. No future may be settled as a
+    definite failure (FAILED: "nothing stored") for a message that is in the stream."""
+    cluster = nats_cluster_factory(3, jetstream_config="sync_interval: always")
+    name = unique("R3K")
+    admin_urls = cluster.urls
+    admin = jssync.connect(admin_urls, name="admin", reconnect_wait=0.1, max_reconnect_attempts=-1)
+    c: Client | None = None
+    try:
+        create_stream(admin, name, subjects=[f"{name.lower()}.>"], num_replicas=3, duplicate_window=120 * SECOND)
+        leader = api(admin, f"$JS.API.STREAM.INFO.{name}")["cluster"]["leader"]
+        victim = int(leader.lstrip("n")) - 1
+        others = [u for i, u in enumerate(cluster.urls) if i != victim]
+        admin.close()
+        admin = jssync.connect(others, name="admin", reconnect_wait=0.1, max_reconnect_attempts=-1)
+        c = jssync.connect([cluster.urls[victim], *others], name="pub", reconnect_wait=0.1, max_reconnect_attempts=-1)
+        assert c.connected_url == cluster.urls[victim]
+        js = c.jetstream(timeout=2.0)
+        js.configure_publish(auto_msg_id=True)  # max_pending 4000
+        total, kill_at = 30_000, 10_000  # (before the fix: 22,000 refused, one of them stored)
+        futs: list[PubAckFuture] = []
+        for i in range(total):
+            if i == kill_at:
+                cluster.kill(victim)
+            futs.append(js.publish_async(f"{name.lower()}.x", b"%d" % i, timeout=60))
+        js.publish_async_complete(timeout=120)
+        in_stream: set[bytes] = set()
+        for _ in range(30):  # the cluster may still be electing a meta leader: ask again
+            try:
+                in_stream = {m["data"] for m in stored(admin, name)}
+                break
+            except TimeoutError:
+                time.sleep(1.0)
+        else:
+            pytest.fail("the stream could not be read back")
+        refused = [f for f in futs if f.outcome == FAILED]
+        wrongly = [f for f in refused if f.payload in in_stream]
+        assert wrongly == [], f"{len(wrongly)} stored messages settled as refused, e.g. {wrongly[0].error!r}"
+        for f in futs:
+            if f.outcome in (ACKED, DUPLICATE):
+                assert f.payload in in_stream, f"acknowledged but not stored: {f.payload!r}"
+        assert len(in_stream) == stream_state(admin, name)["messages"], "a message was stored twice"
+    finally:
+        if c is not None:
+            c.close()
+        admin.close()
 
 
 def test_no_publish_thread_and_the_callback_thread_ends_with_the_client(nats_url: str) -> None:
