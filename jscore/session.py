@@ -35,7 +35,7 @@ from . import events as ev
 from .connection import ConnectOptions, Connection, State
 from .directget import DirectGetRequested
 from .errors import ConnectionClosedError, LocalProtocolError, NatsError
-from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, MachineFailed, SubMachine
+from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, MachineFailed, SendRequested, SubMachine
 from .protocol import MsgReceived
 from .pull import Drain, FlowControlReplyRequested, PullRequested
 
@@ -61,6 +61,7 @@ class Attach(msgspec.Struct, frozen=True, kw_only=True):
     machine: Any
     sink: Any
     inbox: bool = True
+    wildcard: bool = False
     target: str | None = None
 
 
@@ -105,6 +106,7 @@ class Session:
             PullRequested: self._write_pull,
             FlowControlReplyRequested: self._write_flow_control,
             DirectGetRequested: self._write_direct_get,
+            SendRequested: self._write_send,
         }
 
     # ================================================================== the core contract
@@ -175,8 +177,8 @@ class Session:
         """Dispatch an application command. Returns the slot id of an :class:`Attach`, the sid
         of a ``Subscribe``, the token of a ``Request`` or ``Flush``, else None."""
         match command:
-            case Attach(machine=m, sink=sink, inbox=inbox, target=target):
-                return self.attach(m, sink, now, inbox=inbox, target=target)
+            case Attach(machine=m, sink=sink, inbox=inbox, wildcard=wildcard, target=target):
+                return self.attach(m, sink, now, inbox=inbox, wildcard=wildcard, target=target)
             case MachineCommand(slot=slot, command=cmd):
                 self.command(slot, cmd, now)
                 return None
@@ -188,15 +190,20 @@ class Session:
     # ================================================================== sub-machines
 
     def attach(self, machine: SubMachine, sink: Sink, now: float, *, inbox: bool = True,
-               target: str | None = None) -> int:
+               wildcard: bool = False, target: str | None = None) -> int:
         """Run ``machine`` on the session (see :class:`Attach`); returns its slot id. Events the
-        machine queued on creation (its first request) are acted on at once."""
+        machine queued on creation (its first request) are acted on at once. With ``wildcard``
+        the inbox is ``<inbox>.*`` and :meth:`inbox_of` gives the prefix ``<inbox>.``."""
         slot = _Slot(self._next_slot, machine, sink, target)
         self._next_slot += 1
         if inbox:
             conn = self.conn
             slot.inbox = conn.new_inbox()
-            slot.sid = conn.subscribe(slot.inbox)
+            if wildcard:
+                slot.inbox += "."
+                slot.sid = conn.subscribe(slot.inbox + "*")
+            else:
+                slot.sid = conn.subscribe(slot.inbox)
             self._routes[slot.sid] = self._receiver(slot)
             self._ends[slot.sid] = self._inbox_ender(slot)
         self._slots[slot.id] = slot
@@ -359,6 +366,17 @@ class Session:
 
     def _write_direct_get(self, slot: _Slot, e: DirectGetRequested) -> None:
         self._publish_for(slot, e.subject, e.body, slot.inbox)
+
+    def _write_send(self, slot: _Slot, e: SendRequested) -> None:
+        # (reply tokens need a wildcard inbox: slot.inbox is then the prefix "<inbox>.")
+        reply = None if e.reply_token is None else slot.inbox + e.reply_token
+        if not e.best_effort:
+            self._publish_for(slot, e.subject, e.body, reply)
+            return
+        try:
+            self.conn.publish(e.subject, e.body, reply)
+        except NatsError:
+            pass  # best effort (a delete of a throw-away consumer): not worth ending the machine
 
     # ================================================================== plain subscriptions
 

@@ -1034,12 +1034,13 @@ class Shell:
 
     # -- sub-machines ---------------------------------------------------------------------
 
-    def attach_locked(self, machine: Any, sink: Sink, *, inbox: bool = True, target: str | None = None) -> int:
+    def attach_locked(self, machine: Any, sink: Sink, *, inbox: bool = True, wildcard: bool = False,
+                      target: str | None = None) -> int:
         """Run ``machine`` on the session (its events go to ``sink``, on the I/O thread or the
         calling thread, under the lock) and get what it queued onto the wire."""
         session = self.session
         before = session.next_deadline()
-        slot = session.attach(machine, sink, _monotonic(), inbox=inbox, target=target)
+        slot = session.attach(machine, sink, _monotonic(), inbox=inbox, wildcard=wildcard, target=target)
         self._client._kick_locked()
         self._earlier(before)
         return slot
