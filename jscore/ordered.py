@@ -1064,11 +1064,8 @@ class OrderedMachine:
     def _pump_inner(self, now: float) -> None:
         """Act on everything the inner pull machine queued."""
         inner = self._inner
-        while inner is not None and inner is self._inner:
-            events = inner.drain_events()
-            if not events:
-                return
-            for e in events:
+        if inner is not None:
+            for e in inner.drain_events():
                 if inner is not self._inner:
                     return  # a reset or the end dropped it: the rest of its events are moot
                 if type(e) is MessageDelivered:
@@ -1091,15 +1088,15 @@ class OrderedMachine:
     def _on_delivery(self, msg: MsgReceived, now: float) -> None:
         st = self.state
         last_msg, meta = self._last
-        if last_msg is not msg:  # (not reached: every delivery comes through _on_user_msg)
+        if last_msg is msg and meta is not None:
+            # (_on_user_msg checked that it is the active consumer's: only the order is left)
+            seq = meta.sequence
+            verdict = Delivery.ACCEPT if st.on_message(seq.stream, seq.consumer) else Delivery.GAP
+        else:
+            # Not a JetStream delivery (no ack subject, or a malformed one) on the pull's inbox:
+            # it cannot be placed in the stream, so it is a gap.
             meta = None
-            if msg.reply:
-                try:
-                    meta = parse_ack_subject(msg.reply)
-                except NotJetStreamMessageError:
-                    meta = None
-        # A delivery without JetStream metadata cannot be placed in the stream: a gap.
-        verdict = Delivery.GAP if meta is None else st.on_delivery(meta)
+            verdict = Delivery.GAP
         if verdict is Delivery.ACCEPT:
             assert meta is not None
             self.delivered += 1
@@ -1107,11 +1104,6 @@ class OrderedMachine:
                 self._buffered_messages += 1
                 self._buffered_bytes += msg.size
             self._events.append(OrderedMessageDelivered(msg=msg, metadata=meta))
-        elif verdict is Delivery.STALE:
-            self.stale += 1
-            inner = self._inner
-            if isinstance(inner, ConsumeMachine):  # never reached the application: not buffered
-                inner.handle(MessagesTaken(count=1, size=msg.size), now)
         else:
             self._reset(ResetReason.GAP, now, None)
 
