@@ -757,9 +757,11 @@ class OrderedMachine:
     until ``Stop``, ``Drain`` or a terminal error). ``state`` is the ordered consumer's
     :class:`OrderedConsumerState`, changed only by this machine while it runs.
 
-    Attach it with a wildcard inbox. Its replies are told apart by their last token:
-    ``c<n>`` a consumer-create reply, ``p<n>`` the pulls of the n-th inner pull machine,
-    ``d`` deletes (ignored); anything older is dropped. What it does:
+    Attach it with a wildcard inbox. Replies and statuses are told apart by the last token of
+    the inbox subject: ``c<n>`` the n-th consumer-create request, ``p<n>`` the pulls of the
+    n-th inner pull machine, ``d`` deletes (ignored); anything older is dropped. Deliveries
+    carry the stream's subject instead: they belong to the consumer named in their ack
+    subject, and only the active consumer's reach the inner machine. What it does:
 
     * creates the server consumer when none is active (:class:`SendRequested` to
       ``CONSUMER.CREATE``), times the request out after ``request_timeout``, and backs off on
