@@ -35,7 +35,7 @@ from . import events as ev
 from .connection import ConnectOptions, Connection, State
 from .directget import DirectGetRequested
 from .errors import ConnectionClosedError, LocalProtocolError, NatsError
-from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, MachineFailed, SubMachine
+from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, MachineFailed, SendRequested, SubMachine
 from .protocol import MsgReceived
 from .jsmsg import WPI, ProgressRequested
 from .pubmachines import FramesRequested, PublishRequested, SendFailed
@@ -112,6 +112,7 @@ class Session:
             PublishRequested: self._write_publish,
             FramesRequested: self._write_frames,
             ProgressRequested: self._write_progress,
+            SendRequested: self._write_send,
         }
 
     # ================================================================== the core contract
@@ -397,6 +398,17 @@ class Session:
 
     def _write_frames(self, slot: _Slot, e: FramesRequested) -> None:
         self.conn.publish_frames(e.data, e.count)  # (not connected: the machine re-sends later)
+
+    def _write_send(self, slot: _Slot, e: SendRequested) -> None:
+        # (reply tokens need a wildcard inbox: slot.inbox is then the prefix "<inbox>.")
+        reply = None if e.reply_token is None else slot.inbox + e.reply_token
+        if not e.best_effort:
+            self._publish_for(slot, e.subject, e.body, reply)
+            return
+        try:
+            self.conn.publish(e.subject, e.body, reply)
+        except NatsError:
+            pass  # best effort (a delete of a throw-away consumer): not worth ending the machine
 
     # ================================================================== plain subscriptions
 
