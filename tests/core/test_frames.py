@@ -1,9 +1,11 @@
 """PUB/HPUB frames: exact bytes of every encoder and format, the parser reading back what they
-write, and the connection machine using them."""
+write, the connection machine using them, and jssync building no frame by hand."""
 
 from __future__ import annotations
 
 import random
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -29,6 +31,7 @@ from jscore.protocol import (
 from jscore.publish import MSG_ID
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+ROOT = Path(__file__).resolve().parents[2]
 
 # --------------------------------------------------------------------------- golden bytes
 
@@ -277,3 +280,21 @@ def test_connection_publishes_the_encoders_frames() -> None:
             encode_pub(b"frames.a", None, b"zz"),
         ]
     )
+
+
+# --------------------------------------------------------------------------- one place
+
+
+_FRAME_LITERAL = re.compile(rb'b"H?PUB[ "]|H?PUB %')
+
+
+def test_jssync_builds_no_frames_by_hand() -> None:
+    """Every PUB/HPUB frame is laid out in jscore.protocol (cli.py and server.py aside)."""
+    offenders = []
+    for path in sorted((ROOT / "jssync").rglob("*.py")):
+        if path.name in ("cli.py", "server.py") and path.parent.name == "jssync":
+            continue
+        for no, line in enumerate(path.read_bytes().splitlines(), 1):
+            if _FRAME_LITERAL.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{no}: {line.strip().decode()}")
+    assert not offenders, "\n".join(offenders)
