@@ -39,10 +39,13 @@ from .errors import (
 from .headers import HeadersInput, encode_headers
 from .protocol import (
     DEFAULT_MAX_PAYLOAD,
+    HPUB_FMT,
+    HPUB_REPLY_FMT,
     MAX_MAX_PAYLOAD,
     PING,
     PONG,
     PUB_FMT,
+    PUB_REPLY_FMT,
     ErrReceived,
     InfoReceived,
     MsgReceived,
@@ -54,8 +57,6 @@ from .protocol import (
     check_queue_group,
     check_subscribe_subject,
     encode_connect,
-    encode_hpub,
-    encode_pub,
     encode_sub,
     encode_unsub,
     validated_subject,
@@ -518,11 +519,17 @@ class Connection:
             size = len(hdr) + len(payload)
             if size > self.max_payload:
                 raise MaxPayloadError(f"headers + payload = {size} bytes > max_payload {self.max_payload}")
-            frame = encode_hpub(subj, rep, hdr, payload)
+            if rep:
+                frame = HPUB_REPLY_FMT % (subj, rep, len(hdr), size, hdr, payload)
+            else:
+                frame = HPUB_FMT % (subj, len(hdr), size, hdr, payload)
         else:
             if len(payload) > self.max_payload:
                 raise MaxPayloadError(f"payload of {len(payload)} bytes > max_payload {self.max_payload}")
-            frame = encode_pub(subj, rep, payload)
+            if rep:
+                frame = PUB_REPLY_FMT % (subj, rep, len(payload), payload)
+            else:
+                frame = PUB_FMT % (subj, len(payload), payload)
         if self.state is State.CONNECTED:
             self._out.append(frame)
             self.out_bytes += len(frame)
