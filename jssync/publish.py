@@ -44,7 +44,14 @@ from jscore.errors import (
 )
 from jscore.headers import Headers, HeadersInput, encode_headers
 from jscore.models import PubAck
-from jscore.protocol import _pub_cache
+from jscore.protocol import (
+    HPUB_REPLY_FMT,
+    MSG_ID_BLOCK_FMT,
+    PUB_REPLY_FMT,
+    encode_hpub,
+    encode_pub,
+    validated_subject,
+)
 from jscore.pubmachines import PROGRESS, AsyncPublishMachine, PublisherClosed, WatchLevel
 from jscore.publish import (
     MSG_ID,
@@ -79,15 +86,13 @@ def _frame(subject: str, payload: bytes, headers: HeadersInput | None, reply: by
     max_payload counts it, built outside the client lock; ``None`` when the subject has not been
     validated before (not in the subject cache) or the payload is not ``bytes``: the caller then
     goes through the machine's checked publish, which validates, buffers or raises."""
-    subj = _pub_cache.get(subject)
+    subj = validated_subject(subject)
     if subj is None or payload.__class__ is not bytes:
         return None, 0
     if headers is None:
-        n = len(payload)
-        return b"PUB %s %s %d\r\n%s\r\n" % (subj, reply, n, payload), n
+        return encode_pub(subj, reply, payload), len(payload)
     hdr = encode_headers(headers)  # validates: BadHeaderError before anything is queued
-    n = len(hdr) + len(payload)
-    return b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subj, reply, len(hdr), n, hdr, payload), n
+    return encode_hpub(subj, reply, hdr, payload), len(hdr) + len(payload)
 
 
 def _nuid() -> str:
@@ -413,7 +418,7 @@ class Publisher:
             # directly, the same bytes encode_headers would give (checked by a test).
             mid = check_msg_id(msg_id)
             hdrs = [(MSG_ID, mid)]
-            hblock = b"NATS/1.0\r\nNats-Msg-Id: %s\r\n\r\n" % mid.encode()
+            hblock = MSG_ID_BLOCK_FMT % mid.encode()
         else:
             hblock = None
             if auto and msg_id is None and (headers is None or not Headers(headers).get(MSG_ID)):
@@ -436,13 +441,13 @@ class Publisher:
         token = window.next_token()
         prefix = self._prefix_b
         # The frame is built outside the lock (see _frame; inlined for the common case).
-        subj = _pub_cache.get(subject)
+        subj = validated_subject(subject)
         if hdrs is None and subj is not None and prefix and payload.__class__ is bytes:
             size = len(payload)
-            frame: bytes | None = b"PUB %s %s%s %d\r\n%s\r\n" % (subj, prefix, token.encode(), size, payload)
+            frame: bytes | None = PUB_REPLY_FMT % (subj, prefix + token.encode(), size, payload)
         elif hblock is not None and subj is not None and prefix and payload.__class__ is bytes:
             size = len(hblock) + len(payload)
-            frame = b"HPUB %s %s%s %d %d\r\n%s%s\r\n" % (subj, prefix, token.encode(), len(hblock), size, hblock, payload)
+            frame = HPUB_REPLY_FMT % (subj, prefix + token.encode(), len(hblock), size, hblock, payload)
         elif prefix:
             frame, size = _frame(subject, payload, hdrs, prefix + token.encode())
         else:
