@@ -516,14 +516,14 @@ def parse_nats_time(text: str) -> datetime:
         raise JetStreamError(f"invalid timestamp {text[:64]!r}")
     year, month, day, hour, minute, second, frac, tz = m.groups()
     nanos = int((frac or "0").ljust(9, "0"))
-    if tz is None or tz == "Z":
-        tzinfo = timezone.utc
-    else:
-        sign = -1 if tz[0] == "-" else 1
-        digits = tz[1:].replace(":", "")
-        offset = timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
-        tzinfo = timezone.utc if not offset else timezone(sign * offset)
     try:
+        if tz is None or tz == "Z":
+            tzinfo = timezone.utc
+        else:
+            digits = tz[1:].replace(":", "")
+            offset = timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+            # timezone() refuses an offset of 24 h or more (ValueError): inside the try.
+            tzinfo = timezone.utc if not offset else timezone(-offset if tz[0] == "-" else offset)
         stamp = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), 0, tzinfo)
         # Round to microseconds as msgspec does for the JSON timestamps of STREAM.MSG.GET.
         return stamp + timedelta(microseconds=(nanos + 500) // 1000)
