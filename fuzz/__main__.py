@@ -42,6 +42,8 @@ TARGETS: dict[str, int] = {
 }
 """Every target by name, with the largest input libFuzzer makes for it (``-max_len``)."""
 
+INTERRUPTED = 72
+"""libFuzzer's exit status when interrupted (``-interrupted_exitcode``)."""
 _STAT = re.compile(r"^stat::(\w+):\s*(\d+)", re.M)
 _PROGRESS = re.compile(r"^#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/", re.M)
 _ARTIFACT = re.compile(r"Test unit written to (\S+)")
@@ -64,8 +66,13 @@ class Result:
     log: Path = field(default_factory=Path)
 
     @property
+    def interrupted(self) -> bool:
+        """Stopped by the user (Ctrl-C): not a finding."""
+        return self.returncode == INTERRUPTED and self.artifact is None
+
+    @property
     def finding(self) -> bool:
-        return self.returncode != 0 or self.artifact is not None
+        return self.artifact is not None or self.returncode not in (0, INTERRUPTED)
 
 
 def parse_log(text: str, result: Result) -> Result:
@@ -115,9 +122,15 @@ def run_target(
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     start = time.monotonic()
-    with log.open("w") as out:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    result = Result(target, proc.returncode, time.monotonic() - start, log=log)
+    with log.open("w") as out, subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    ) as proc:
+        try:
+            returncode = proc.wait()
+        except KeyboardInterrupt:  # the fuzzer got the SIGINT too: let it print its figures
+            returncode = proc.wait()
+            returncode = returncode if returncode != 0 else INTERRUPTED
+    result = Result(target, returncode, time.monotonic() - start, log=log)
     return parse_log(log.read_text(errors="replace"), result)
 
 
@@ -126,7 +139,7 @@ def summary(results: list[Result]) -> str:
         f"{'target':<10} {'executions':>11} {'exec/s':>7} {'cov':>5} {'ft':>6} {'corpus':>6} {'seconds':>7}  finding",
     ]
     for r in results:
-        found = (r.artifact or f"exit status {r.returncode}") if r.finding else "none"
+        found = (r.artifact or f"exit status {r.returncode}") if r.finding else "interrupted" if r.interrupted else "none"
         lines.append(
             f"{r.target:<10} {r.executions:>11,} {r.rate:>7,} {r.cov:>5} {r.ft:>6} {r.corpus:>6} {r.seconds:>7.0f}  {found}"
         )
@@ -167,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
             extra=args.libfuzzer,
         )
         results.append(result)
+        if result.interrupted:
+            print(summary(results))
+            return 130
         if result.finding:
             print(summary(results))
             print(f"\nFINDING in {target}: see {result.log}", file=sys.stderr)

@@ -79,7 +79,9 @@ def test_parse_log() -> None:
     )
     r = runner.parse_log(text, runner.Result("wire", 1, 2.0))
     assert (r.executions, r.rate, r.cov, r.ft, r.corpus, r.new_units) == (4100, 2050, 50, 90, 20, 17)
-    assert r.artifact == "x/crash-abc" and r.finding
+    assert r.artifact == "x/crash-abc" and r.finding and not r.interrupted
+    stopped = runner.parse_log("stat::number_of_executed_units: 5\n", runner.Result("wire", runner.INTERRUPTED, 1.0))
+    assert stopped.interrupted and not stopped.finding
 
 
 def test_unknown_target_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
