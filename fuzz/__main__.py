@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,7 +92,7 @@ def parse_log(text: str, result: Result) -> Result:
 
 
 def command(
-    target: str, *, seconds: int, runs: int, seed: int, work: Path, crashes: Path, extra: list[str]
+    target: str, *, seconds: int, runs: int, seed: int, work: Path, crashes: Path, extra: Sequence[str]
 ) -> list[str]:
     """The command line that fuzzes one target."""
     return [
@@ -113,7 +114,7 @@ def command(
 
 
 def run_target(
-    target: str, *, seconds: int, runs: int, seed: int, work: Path, crashes: Path, extra: list[str] = []
+    target: str, *, seconds: int, runs: int, seed: int, work: Path, crashes: Path, extra: Sequence[str] = ()
 ) -> Result:
     (work / target).mkdir(parents=True, exist_ok=True)
     (crashes / target).mkdir(parents=True, exist_ok=True)
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown target(s) {', '.join(unknown)}; the targets are {', '.join(TARGETS)}")
     try:
-        import atheris  # type: ignore[import-not-found]  # noqa: F401
+        import atheris  # type: ignore[import-not-found,import-untyped,unused-ignore]  # noqa: F401
     except ImportError:
         print("atheris is not installed (pip install atheris, or pip install -e '.[dev]')", file=sys.stderr)
         return 2

@@ -32,7 +32,7 @@ def instrument(atheris: types.ModuleType) -> int:
 def run(argv: list[str], one_input: Callable[[bytes], None]) -> None:
     """Fuzz ``one_input`` with atheris (libFuzzer flags in ``argv``), or replay the files given."""
     try:
-        import atheris  # type: ignore[import-not-found]
+        import atheris  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
         print("atheris is not installed: pip install atheris  (see fuzz/README.md)", file=sys.stderr)
         print("replaying the given files through one_input instead", file=sys.stderr)

@@ -5,9 +5,10 @@ that INFO (and, spliced into typical INFO shapes, the value of one field: ``max_
 ``connect_urls``, ``ldm``, ``tls_required`` ...); what follows a NUL byte, if any, sets the
 client's own handshake fields (name, user, password, token: split on ``\\x01``) and flags.
 
-The machine is driven through three connections: dial, ``INFO``, (TLS upgrade), ``CONNECT`` +
-``PING``, ``PONG``, an asynchronous ``INFO`` with the same body, a server ``PING``, publishes at
-``max_payload``, then the connection is lost and the reconnect timer fires.
+The machine is driven through three connections: dial, ``INFO`` (once; twice in a row; cut in
+two reads), (TLS upgrade), ``CONNECT`` + ``PING``, ``PONG``, an asynchronous ``INFO`` with the
+same body, a server ``PING``, publishes at ``max_payload``, then the connection is lost and the
+reconnect timer fires.
 
 Invariants, whatever the server sends:
 
@@ -179,6 +180,11 @@ class _Driver:
         self.check()
 
 
+def _state(conn: Connection) -> State:
+    """The machine's state, read afresh (every call into the machine may change it)."""
+    return conn.state
+
+
 def check_handshake(body: bytes, options: ConnectOptions) -> _Driver:
     """Drive a machine through three connections whose server sends ``body`` as its INFO.
     CR and LF in ``body`` become spaces: the INFO stays one frame (how frames are cut is the
@@ -187,46 +193,54 @@ def check_handshake(body: bytes, options: ConnectOptions) -> _Driver:
     d = _Driver(options)
     conn = d.conn
     d.step("start", d.now)
-    for _ in range(3):
-        if conn.state is not State.DIALING:
+    frame = b"INFO " + body + b"\r\n"
+    for attempt in range(3):
+        if _state(conn) is not State.DIALING:
             break
         d.lame_ducks = 0
         d.pongs_seen = False
         d.step("connection_made", d.now)
-        d.step("receive_data", b"INFO " + body + b"\r\n", d.now)
-        if conn.state is State.TLS_HANDSHAKE:
+        if attempt == 0:
+            d.step("receive_data", frame, d.now)
+        elif attempt == 1:  # two INFOs before the client has answered the first
+            d.step("receive_data", frame + frame, d.now)
+        else:  # the INFO in two reads, cut where the body says
+            cut = 1 + (body[-1] if body else 0) % len(frame)
+            d.step("receive_data", frame[:cut], d.now)
+            d.step("receive_data", frame[cut:], d.now)
+        if _state(conn) is State.TLS_HANDSHAKE:
             assert options.tls or conn.server_info.get("tls_required") is True, "a TLS upgrade nobody asked for"
             d.step("tls_established", d.now)
-        if conn.state is State.AWAIT_PONG:
+        if _state(conn) is State.AWAIT_PONG:
             d.check_connect(conn.data_to_send())
             d.pongs_seen = True
             events = d.step("receive_data", b"PONG\r\n", d.now)
-            assert conn.state is State.CONNECTED
+            assert _state(conn) is State.CONNECTED
             assert any(isinstance(e, (ev.Connected, ev.Reconnected)) for e in events), events
-        if conn.state is State.CONNECTED:
+        if _state(conn) is State.CONNECTED:
             conn.data_to_send()
             d.step("receive_data", b"INFO " + body + b"\r\nPING\r\n", d.now)
             out = conn.data_to_send()
-            if conn.state is State.CONNECTED:
+            if _state(conn) is State.CONNECTED:
                 assert out.endswith(b"PONG\r\n"), out[-16:]
                 d.publish_at_max_payload()
         else:
             # Refused (a bad INFO, TLS the server does not offer): the transport is being closed.
-            assert conn.state in (State.CLOSING, State.AWAIT_INFO, State.CLOSED), conn.state
-        if conn.state is State.CLOSED:
+            assert _state(conn) in (State.CLOSING, State.AWAIT_INFO, State.CLOSED), conn.state
+        if _state(conn) is State.CLOSED:
             break
         d.now += 0.25
         d.step("connection_lost", d.now, ConnectionResetError("fuzz: connection lost"))
         for _ in range(4):  # the reconnect timer (and the connect timeout) fire
             deadline = conn.next_deadline()
-            if conn.state is not State.WAITING or deadline is None:
+            if _state(conn) is not State.WAITING or deadline is None:
                 break
             d.now = max(d.now, deadline)
             d.step("handle_timeout", d.now)
     d.step("close", d.now)
-    if conn.state is State.CLOSING:
+    if _state(conn) is State.CLOSING:
         d.step("connection_lost", d.now, None)
-    assert conn.state is State.CLOSED, conn.state
+    assert _state(conn) is State.CLOSED, conn.state
     assert d.closed
     return d
 
