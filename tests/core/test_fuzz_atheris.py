@@ -23,10 +23,10 @@ RUNS = {
     "wire": 3_000,
     "headers": 3_000,
     "ackmeta": 50_000,
-    "status": 3_000,
+    "status": 1_500,
     "apijson": 5_000,
     "directget": 10_000,
-    "info": 3_000,
+    "info": 2_000,
 }
 """Executions per target: a second or two each at the rates measured (fuzz/README.md)."""
 CAP_SECONDS = 8
