@@ -254,15 +254,24 @@ class Session:
 
     def _receiver(self, slot: _Slot) -> Deliver:
         machine = slot.machine
-        after = self._after
+        receive_msg = machine.receive_msg
+        drain = machine.drain_events
+        after = self._after_events
+        dirty = self._dirty
 
         def receive(msg: MsgReceived, now: float) -> None:
+            # (once per message: _after inlined for the common case of no event, still running)
             try:
-                machine.receive_msg(msg, now)
+                receive_msg(msg, now)
             except Exception as exc:  # noqa: BLE001
                 self._fail(slot, exc, "internal error")
                 return
-            after(slot)
+            events = drain()
+            if events or machine.finished:
+                after(slot, events)
+            elif not slot.dirty:
+                slot.dirty = True
+                dirty.append(slot)
 
         return receive
 
@@ -282,8 +291,10 @@ class Session:
 
     def _after(self, slot: _Slot) -> None:
         """Act on every event the machine queued; forget it once it has finished."""
+        self._after_events(slot, slot.machine.drain_events())
+
+    def _after_events(self, slot: _Slot, events: list[Any]) -> None:
         machine = slot.machine
-        events = machine.drain_events()
         if events:
             writers = self._writers
             sink = slot.sink

@@ -30,6 +30,7 @@ import itertools
 import logging
 import os
 import queue
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -74,7 +75,14 @@ _log = logging.getLogger("jssync.publish")
 _monotonic = time.monotonic
 _CALLBACK_IDLE_EXIT: Final = 10.0  # seconds with no callback to run before the callback thread ends
 _YIELD_EVERY: Final = 128  # publish_async calls between two brief GIL releases (see publish_async)
-_yield = os.sched_yield  # (releases the GIL while it yields the CPU)
+
+
+def _yield() -> None:
+    """Let go of the GIL for a moment (a zero-timeout ``select`` releases it around the system
+    call), so the I/O thread can take it now rather than at the end of the switch interval.
+    Not a wait: it returns at once."""
+    select.select((), (), (), 0)
+
 _SYNC_MAX: Final = 1 << 30  # the sync window never blocks: one entry per waiting thread
 _NUID_ALPHABET: Final = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -161,6 +169,7 @@ class PubAckFuture(PendingPublish):
             if self.outcome is PENDING:
                 if self._callbacks is None:
                     self._callbacks = []
+                    self.watched = True  # (the machine hands it over once settled)
                 self._callbacks.append(fn)
                 return
         _run_callback(fn, self)
@@ -172,6 +181,7 @@ class PubAckFuture(PendingPublish):
             event = self._event
             if event is None:
                 event = self._event = threading.Event()
+                self.watched = True  # (the machine hands it over once settled)
         if not event.wait(timeout):
             raise TimeoutError(f"the publish to {self.subject!r} is not settled after {timeout} s (still in flight)")
 
@@ -188,6 +198,7 @@ class _SyncEntry(PendingPublish):
     once the entry is settled (the cheapest cross-thread wake-up CPython has)."""
 
     __slots__ = ("lock",)
+    watched = True
 
     def __init__(self, subject: str, payload: bytes, headers: HeadersInput | None, msg_id: str | None) -> None:
         super().__init__(subject, payload, headers, msg_id)
