@@ -26,6 +26,7 @@ from jscore import events as ev
 from jscore import status
 from jscore.connection import ConnectOptions, State
 from jscore.errors import (
+    AuthorizationError,
     ClientForkedError,
     ConnectionClosedError,
     CredentialsError,
@@ -1157,7 +1158,28 @@ def shell_of(client: Client) -> Shell:
     return client._shell
 
 
+# TLS alerts a server sends when it refuses the client's certificate (mutual TLS): a refused
+# credential, reported as AuthorizationError. (A server may also just close the connection;
+# that stays a connection error.)
+_CERTIFICATE_REFUSALS: Final = frozenset(
+    {
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+        "SSLV3_ALERT_CERTIFICATE_REVOKED",
+        "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+        "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE",
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "TLSV1_ALERT_ACCESS_DENIED",
+    }
+)
+
+
 def _as_error(exc: BaseException) -> Exception:
+    if isinstance(exc, ssl.SSLError) and getattr(exc, "reason", None) in _CERTIFICATE_REFUSALS:
+        err = AuthorizationError(f"the server refused the TLS client certificate ({exc.reason})")
+        err.__cause__ = exc
+        return err
     return exc if isinstance(exc, Exception) else ConnectionClosedError(repr(exc))
 
 

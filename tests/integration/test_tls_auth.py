@@ -3,7 +3,9 @@
 Certificates come from ``tests.support.certs`` (openssl CLI; the tests skip with the reason when
 it is missing): a CA and a server certificate for ``localhost`` only (SAN DNS:localhost).
 TESTPLAN scenarios 11 (TLS downgrade by a proxy), 12 (first half: IP vs hostname), 13
-(handshake_first in both directions) and the user/password and token parts of 15.
+(handshake_first in both directions) and the user/password and token parts of 15; mutual TLS
+(client certificates, ``verify: true`` and ``verify_and_map``), also with ``tls_first``. The
+nkey and JWT parts of 15 are in test_nkeys_jwt.py.
 """
 
 from __future__ import annotations
@@ -327,4 +329,86 @@ def test_tls_first_client_vs_plain_tls_server_fails_in_time(tls_server: NatsServ
     exc, took = _connect_error(_localhost(tls_server), tls=certs.client_context(), tls_first=True)
     assert isinstance(exc, NatsError), repr(exc)
     assert isinstance(exc, NoServersError) or any(isinstance(c, ssl.SSLError) for c in _causes(exc))
+    assert took < CONNECT_TIMEOUT + 0.5, f"took {took:.2f}s"
+
+
+# --------------------------------------------------------------------------- mutual TLS (client certificates)
+
+
+@pytest.fixture
+def mtls_server(nats_server_factory: Callable[..., NatsServer], certs: Certs) -> NatsServer:
+    """A server that requires a client certificate and verifies it against the test CA."""
+    return nats_server_factory(jetstream=False, config=certs.server_tls_block("verify: true"))
+
+
+def test_mutual_tls_with_a_client_certificate(
+    mtls_server: NatsServer, certs: Certs, clients: Callable[..., Client]
+) -> None:
+    nc = clients(_localhost(mtls_server), tls=certs.client_context(client_cert=True))
+    sub = nc.subscribe("mtls.x")
+    nc.publish("mtls.x", b"mutual")
+    assert collect(sub, 1)[0].data == b"mutual"
+    assert isinstance(nc._sock, ssl.SSLSocket)
+    assert nc._sock.getpeercert() is not None  # the server's certificate was verified too
+
+
+@pytest.mark.parametrize("which", ["no-certificate", "untrusted-certificate"])
+def test_mutual_tls_refuses_a_client_without_a_trusted_certificate(
+    which: str, mtls_server: NatsServer, certs: Certs
+) -> None:
+    ctx = certs.client_context() if which == "no-certificate" else certs.client_context(rogue=True)
+    exc, took = _connect_error(_localhost(mtls_server), tls=ctx)
+    _assert_certificate_refused(exc)
+    assert took < CONNECT_TIMEOUT + 0.5, f"took {took:.2f}s"
+
+
+def _assert_certificate_refused(exc: BaseException) -> None:
+    """A server refusing the client certificate answers with a TLS alert (AuthorizationError,
+    chained from the ssl.SSLError), or, depending on timing, the alert is lost to the closed
+    connection (NoServersError chained from the SSL or socket error). Never a hang."""
+    causes = _causes(exc)
+    if isinstance(exc, AuthorizationError):
+        assert isinstance(exc.__cause__, ssl.SSLError), causes
+        assert "client certificate" in str(exc)
+    else:
+        assert isinstance(exc, NoServersError), repr(exc)
+        assert any(isinstance(c, (ssl.SSLError, ConnectionError)) for c in causes[1:]), causes
+
+
+def test_mutual_tls_maps_the_certificate_to_a_user(
+    nats_server_factory: Callable[..., NatsServer], certs: Certs, clients: Callable[..., Client]
+) -> None:
+    """``verify_and_map``: the certificate's subject is the user; no password is sent."""
+    server = nats_server_factory(
+        jetstream=False,
+        config=certs.server_tls_block("verify_and_map: true")
+        + '\nauthorization { users: [ { user: "CN=jssync test client" } ] }',
+    )
+    nc = clients(_localhost(server), tls=certs.client_context(client_cert=True))
+    nc.flush(timeout=2)
+    assert nc.is_connected
+    exc, _ = _connect_error(_localhost(server), tls=certs.client_context(rogue=True))
+    _assert_certificate_refused(exc)
+
+
+@pytest.fixture
+def mtls_first_server(certs: Certs) -> Iterator[NatsServer]:
+    server = TlsFirstServer(jetstream=False, config=certs.server_tls_block("handshake_first: true\n  verify: true"))
+    server.probe_context = certs.client_context(client_cert=True)
+    try:
+        server.start(10)
+        yield server
+    finally:
+        server.cleanup()
+
+
+def test_tls_first_with_a_client_certificate(
+    mtls_first_server: NatsServer, certs: Certs, clients: Callable[..., Client]
+) -> None:
+    nc = clients(_localhost(mtls_first_server), tls=certs.client_context(client_cert=True), tls_first=True)
+    sub = nc.subscribe("tf.mtls")
+    nc.publish("tf.mtls", b"first")
+    assert collect(sub, 1)[0].data == b"first"
+    exc, took = _connect_error(_localhost(mtls_first_server), tls=certs.client_context(), tls_first=True)
+    _assert_certificate_refused(exc)
     assert took < CONNECT_TIMEOUT + 0.5, f"took {took:.2f}s"
