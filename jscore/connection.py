@@ -110,6 +110,15 @@ class ConnectOptions(msgspec.Struct, frozen=True, kw_only=True):
 
         return f"ConnectOptions({', '.join(f'{f}={shown(f)}' for f in self.__struct_fields__)})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A pickle carries no secret: the password, the token and the credentials of URLs are
+        left out (whoever unpickles the options brings its own)."""
+        fields = {f: getattr(self, f) for f in self.__struct_fields__}
+        fields["password"] = None
+        fields["token"] = None
+        fields["servers"] = tuple(_without_userinfo(u) for u in self.servers)
+        return (_options_from_fields, (fields,))
+
     def validate(self) -> None:
         if not self.servers:
             raise InvalidOptionError("servers: at least one URL is needed")
@@ -170,6 +179,18 @@ def parse_server_url(url: str, *, discovered: bool = False, default_scheme: str 
         password=password,
         discovered=discovered,
     )
+
+
+def _options_from_fields(fields: dict[str, Any]) -> ConnectOptions:
+    return ConnectOptions(**fields)
+
+
+def _without_userinfo(url: str) -> str:
+    if "@" not in url:
+        return url
+    head, _, tail = url.rpartition("@")
+    scheme, sep, _cred = head.partition("://")
+    return f"{scheme}{sep}{tail}" if sep else tail
 
 
 def _redact(url: str) -> str:

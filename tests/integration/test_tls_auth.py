@@ -11,6 +11,8 @@ nkey and JWT parts of 15 are in test_nkeys_jwt.py.
 from __future__ import annotations
 
 import json
+import logging
+import pickle
 import socket
 import ssl
 import time
@@ -85,7 +87,10 @@ def userpass_server(nats_server_factory: Callable[..., NatsServer]) -> NatsServe
     )
 
 
-def test_user_password(userpass_server: NatsServer, clients: Callable[..., Client]) -> None:
+def test_user_password(
+    userpass_server: NatsServer, clients: Callable[..., Client], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     events = EventLog()
     nc = clients(userpass_server.url, user=USER, password=PASSWORD, on_event=events)
     sub = nc.subscribe("auth.x")
@@ -97,9 +102,14 @@ def test_user_password(userpass_server: NatsServer, clients: Callable[..., Clien
     assert nc2.is_connected
     _assert_no_secret(
         repr(nc), repr(nc.options), str(nc.options), repr(nc2), repr(nc2.options), str(nc2.servers),
-        repr(events.events),
+        repr(events.events), caplog.text,
     )
     assert nc2.connected_url is not None and PASSWORD not in nc2.connected_url
+    for opts in (nc.options, nc2.options):  # a pickle carries no secret either
+        pickled = pickle.dumps(opts)
+        assert PASSWORD.encode() not in pickled
+        back = pickle.loads(pickled)
+        assert back.password is None and PASSWORD not in str(back.servers) and back.servers[0].endswith(host_port)
 
 
 @pytest.mark.parametrize(
@@ -112,7 +122,12 @@ def test_user_password(userpass_server: NatsServer, clients: Callable[..., Clien
         pytest.param({"url_creds": f"{USER}:{PASSWORD}-x"}, id="wrong-url-credentials"),
     ],
 )
-def test_wrong_credentials_fail_typed_and_fast(userpass_server: NatsServer, options: dict[str, Any]) -> None:
+def test_wrong_credentials_fail_typed_and_fast(
+    userpass_server: NatsServer, options: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    events = EventLog()
+    options["on_event"] = events
     url = userpass_server.url
     url_creds = options.pop("url_creds", None)
     if url_creds:
@@ -120,7 +135,7 @@ def test_wrong_credentials_fail_typed_and_fast(userpass_server: NatsServer, opti
     exc, took = _connect_error(url, **options)
     assert isinstance(exc, AuthorizationError), repr(exc)
     assert took < CONNECT_TIMEOUT + 0.5
-    _assert_no_secret(str(exc), repr(exc), *(str(c) for c in _causes(exc)))
+    _assert_no_secret(str(exc), repr(exc), *(str(c) for c in _causes(exc)), repr(events.events), caplog.text)
 
 
 @pytest.fixture
@@ -128,12 +143,15 @@ def token_server(nats_server_factory: Callable[..., NatsServer]) -> NatsServer:
     return nats_server_factory(jetstream=False, config=f'authorization {{ token: "{TOKEN}" }}')
 
 
-def test_token(token_server: NatsServer, clients: Callable[..., Client]) -> None:
-    nc = clients(token_server.url, token=TOKEN)
+def test_token(token_server: NatsServer, clients: Callable[..., Client], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    events = EventLog()
+    nc = clients(token_server.url, token=TOKEN, on_event=events)
     sub = nc.subscribe("tok")
     nc.publish("tok", b"t")
     assert collect(sub, 1)[0].data == b"t"
-    _assert_no_secret(repr(nc), repr(nc.options), str(nc.options))
+    _assert_no_secret(repr(nc), repr(nc.options), str(nc.options), repr(events.events), caplog.text)
+    assert TOKEN.encode() not in pickle.dumps(nc.options) and pickle.loads(pickle.dumps(nc.options)).token is None
     exc, took = _connect_error(token_server.url, token=TOKEN + "x")
     assert isinstance(exc, AuthorizationError) and took < CONNECT_TIMEOUT + 0.5
     _assert_no_secret(str(exc), repr(exc))
