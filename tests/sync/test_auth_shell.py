@@ -324,3 +324,12 @@ def test_connect_raises_credentials_error_for_a_missing_file(tmp_path: Path) -> 
 def test_credentials_default_is_not_in_connect_options() -> None:
     assert not {"creds", "nkey_seed", "jwt", "seed"} & set(ConnectOptions.__struct_fields__)
     assert Credentials().jwt is None
+
+
+def test_packaging_msgspec_alone_signing_in_the_nkeys_extra() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((JSSYNC_DIR.parent / "pyproject.toml").read_text())["project"]
+    assert [d.split(">")[0] for d in project["dependencies"]] == ["msgspec"]
+    extras = project["optional-dependencies"]
+    assert [d.split(">")[0] for d in extras["nkeys"]] == ["nkeys"]
+    assert "jssync[nkeys]" in extras["dev"], "CI installs .[dev]: the signing tests need nkeys"
