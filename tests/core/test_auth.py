@@ -12,6 +12,8 @@ import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jscore import events as ev
 from jscore.auth import (
@@ -366,3 +368,36 @@ def test_connect_auth_fields_directly() -> None:
         "jwt": JWT,
         "sig": FAKE_SIG_B64,
     }
+
+
+# --------------------------------------------------------------------------- any bytes
+
+
+_PIECES = st.sampled_from(
+    [
+        b"-----BEGIN NATS USER JWT-----", b"------END NATS USER JWT------", b"-----BEGIN USER NKEY SEED-----",
+        b"------END USER NKEY SEED------", b"---", b"\n", b"\r\n", b"\r", b" ", b"\t", JWT.encode(), SEED.encode(),
+        ACCOUNT_SEED.encode(), SEED[:30].encode(), b"\xff", b"\x00", b"S", b"SU", b"*****",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_PIECES, st.binary(max_size=20)), max_size=30))
+def test_parsers_accept_or_raise_credentials_error_only(parts: list[bytes]) -> None:
+    """Whatever a file holds, the parsers return a checked JWT and seed or raise
+    CredentialsError, and the error never quotes the seed."""
+    data = b"".join(parts)
+    try:
+        jwt, seed = parse_creds(data)
+    except CredentialsError as exc:
+        assert SEED not in str(exc) and SEED[:30] not in str(exc)
+    else:
+        check_user_jwt(jwt)
+        check_user_seed(seed)
+    try:
+        seed = parse_seed(data)
+    except CredentialsError as exc:
+        assert SEED not in str(exc)
+    else:
+        check_user_seed(seed)

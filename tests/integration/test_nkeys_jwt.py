@@ -17,6 +17,7 @@ nkey / creds parts).
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import time
@@ -27,12 +28,19 @@ from typing import Any
 import pytest
 
 import jssync
-from jscore.errors import AuthorizationError, AuthorizationExpiredError, CredentialsError, NatsError
+from jscore.errors import (
+    AuthorizationError,
+    AuthorizationExpiredError,
+    CredentialsError,
+    NatsError,
+    SecureConnectionRequiredError,
+)
 from jssync import Client
 from jssync.events import Closed, ConnectAttemptFailed, Disconnected, Reconnected, ServerError
 from jssync.server import NatsServer
 from tests.integration import EventLog, clients, collect
 from tests.support.jwts import Account, Key, Operator, User, new_key
+from tests.support.proxy import FaultProxy
 
 __all__ = ["clients"]
 
@@ -245,6 +253,35 @@ def test_operator_mode_bad_creds_files_fail_locally(
     exc, _ = _connect_error(trust.server.url, creds=_write(tmp_path / "bad.creds", content(user)))
     assert isinstance(exc, CredentialsError) and message in str(exc), repr(exc)
     _assert_no_secret([user.key.seed, user.jwt], *_texts(exc))
+
+
+def test_tls_downgrade_sends_no_jwt_nor_signature(
+    trust: Trust, fault_proxy: Callable[..., FaultProxy], tmp_path: Path
+) -> None:
+    """TESTPLAN 11 with creds: a client that asks for TLS (a tls:// URL) meets a server that
+    does not offer it: SecureConnectionRequiredError, and the proxy in between recorded no
+    CONNECT, no JWT, no nkey (test_tls_auth.py strips TLS from a TLS server's INFO)."""
+    user = trust.account.user("tls-only")
+    proxy = fault_proxy(trust.server)
+    exc, _ = _connect_error(f"tls://localhost:{proxy.port}", creds=_write(tmp_path / "u.creds", user.creds()))
+    assert isinstance(exc, SecureConnectionRequiredError), repr(exc)
+    up = proxy.captured("up")
+    assert b"CONNECT" not in up and user.jwt.encode()[:40] not in up and user.key.public.encode() not in up
+
+
+def test_no_secret_in_log_lines(
+    trust: Trust, clients: Callable[..., Client], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    good = trust.account.user("logged")
+    expired = trust.account.user("expired", expires=time.time() - 5)
+    events = EventLog()
+    nc = clients(trust.server.url, creds=_write(tmp_path / "g.creds", good.creds()), on_event=events)
+    _roundtrip(nc)
+    exc, _ = _connect_error(trust.server.url, creds=_write(tmp_path / "e.creds", expired.creds()), on_event=events)
+    nc.close()
+    _assert_no_secret([good.key.seed, good.jwt, expired.key.seed, expired.jwt],
+                      caplog.text, repr(events.events), *_texts(exc))
 
 
 # --------------------------------------------------------------------------- rotation
