@@ -129,7 +129,7 @@ class Authenticator:
         self,
         *,
         creds: PathArg | None = None,
-        nkey_seed: PathArg | None = None,
+        nkey_seed: PathArg | bytes | None = None,
         user_jwt_cb: Callable[[], str] | None = None,
         signature_cb: Callable[[bytes], bytes] | None = None,
         timeout: float = 2.0,
@@ -160,9 +160,10 @@ class Authenticator:
             self.credentials = Credentials(jwt=self._take_jwt, sign=self._sign_with_key)
         elif nkey_seed is not None:
             self._nkeys = import_nkeys()
-            if isinstance(nkey_seed, str) and looks_like_seed(nkey_seed):
+            if isinstance(nkey_seed, (bytes, bytearray)) or (isinstance(nkey_seed, str) and looks_like_seed(nkey_seed)):
                 self._kind = "seed"
-                seed = bytearray(nkey_seed.strip().encode("ascii"))
+                raw = nkey_seed.encode("ascii", "replace") if isinstance(nkey_seed, str) else nkey_seed
+                seed = bytearray(raw.strip())
                 check_user_seed(seed)
                 self._seed = seed
             else:

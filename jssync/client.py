@@ -216,7 +216,7 @@ class Client:
         password: str | None = None,
         token: str | None = None,
         creds: str | os.PathLike[str] | None = None,
-        nkey_seed: str | os.PathLike[str] | None = None,
+        nkey_seed: str | bytes | os.PathLike[str] | None = None,
         user_jwt_cb: Callable[[], str] | None = None,
         signature_cb: Callable[[bytes], bytes] | None = None,
         tls: ssl.SSLContext | bool | None = None,

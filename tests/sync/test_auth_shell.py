@@ -166,6 +166,9 @@ def test_seed_given_as_a_path_or_as_the_seed(tmp_path: Path) -> None:
     assert "seed file" in repr(Authenticator(nkey_seed=Path(_write(tmp_path, "u.nk", SEED))))
     auth = Authenticator(nkey_seed=f"  {SEED}\n")
     assert repr(auth) == "<jssync Authenticator seed>"
+    assert repr(Authenticator(nkey_seed=SEED.encode() + b"\n")) == "<jssync Authenticator seed>"
+    with pytest.raises(CredentialsError, match="malformed"):
+        Authenticator(nkey_seed=b"SUnot-a-seed")
     with pytest.raises(CredentialsError, match="account seed") as info:
         Authenticator(nkey_seed=ACCOUNT_SEED)
     _secrets_absent(str(info.value), secrets=(ACCOUNT_SEED,))
