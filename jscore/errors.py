@@ -16,6 +16,8 @@ __all__ = [
     "NoServersError",
     "AuthorizationError",
     "AuthorizationExpiredError",
+    "AuthorizationRevokedError",
+    "CredentialsError",
     "SecureConnectionRequiredError",
     "TimeoutError",
     "NoRespondersError",
@@ -105,7 +107,11 @@ class AuthorizationError(NatsError):
 
 
 class AuthorizationExpiredError(AuthorizationError):
-    """The server reported 'User Authentication Expired'."""
+    """The server reported 'User Authentication Expired' (or 'Account Authentication Expired')."""
+
+
+class AuthorizationRevokedError(AuthorizationError):
+    """The server reported 'User Authentication Revoked' (the account revoked this user)."""
 
 
 class SecureConnectionRequiredError(NatsError):
@@ -149,6 +155,14 @@ class BadHeaderError(NatsError, ValueError):
 
 class InvalidOptionError(NatsError, ValueError):
     """An option has an invalid value or conflicts with another option."""
+
+
+class CredentialsError(InvalidOptionError):
+    """Credentials that cannot be used, found before anything is sent to a server: a creds or
+    seed file that is missing, unreadable or malformed, a seed that is not a user seed, a
+    credentials callback that failed, or the ``nkeys`` extra not installed. The message names
+    the file or callback, never the secret. (A server refusing credentials raises
+    :class:`AuthorizationError`.)"""
 
 
 # --- protocol ----------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from typing import Any, Final
 import msgspec
 
 from . import events as ev
+from .auth import Credentials
 from .connection import ConnectOptions, Connection, State
 from .directget import DirectGetRequested
 from .errors import ConnectionClosedError, LocalProtocolError, NatsError
@@ -94,8 +95,8 @@ class Session:
     """The connection machine plus its sub-machines. Not thread-safe: the shell serializes
     every call (one lock)."""
 
-    def __init__(self, options: ConnectOptions, *, rng: Random) -> None:
-        self.conn = Connection(options, rng=rng)
+    def __init__(self, options: ConnectOptions, *, rng: Random, credentials: Credentials | None = None) -> None:
+        self.conn = Connection(options, rng=rng, credentials=credentials)
         self._slots: dict[int, _Slot] = {}
         self._routes: dict[int, Deliver] = {}  # sid -> delivery (a slot's or a subscription's)
         self._ends: dict[int, Ended] = {}  # sid -> what to call when the subscription ends

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ssl
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import msgspec
 
@@ -22,6 +24,8 @@ from .jetstream import JetStream
 from .msg import JsMsg, Msg
 
 __all__ = ["main"]
+
+Auth = dict[str, Any]  # connect() keywords of the authentication options
 
 
 def _say(text: str) -> None:
@@ -57,7 +61,7 @@ def _need_server(url: str | None) -> str:
 # ------------------------------------------------------------------------------------ demo
 
 
-def demo(url: str | None) -> int:
+def demo(url: str | None, auth: Auth | None = None) -> int:
     checks: list[tuple[str, bool]] = []
 
     def check(label: str, ok: bool) -> None:
@@ -66,7 +70,7 @@ def demo(url: str | None) -> int:
 
     with _server_url(url) as server:
         events: list[object] = []
-        with connect(server, name="jssync-demo", on_event=events.append) as nc:
+        with connect(server, name="jssync-demo", on_event=events.append, **(auth or {})) as nc:
             _say(f"connected to {nc.connected_url} (nats-server {nc.server_info.get('version')}, "
                  f"max_payload {nc.max_payload})")
 
@@ -314,8 +318,8 @@ def _headers(pairs: Sequence[str]) -> list[tuple[str, str]] | None:
     return out or None
 
 
-def pub(url: str | None, subject: str, data: str, count: int, headers: Sequence[str]) -> int:
-    with connect(_need_server(url)) as nc:
+def pub(url: str | None, subject: str, data: str, count: int, headers: Sequence[str], auth: Auth | None = None) -> int:
+    with connect(_need_server(url), **(auth or {})) as nc:
         hdrs = _headers(headers)
         for _ in range(count):
             nc.publish(subject, data.encode(), headers=hdrs)
@@ -324,9 +328,9 @@ def pub(url: str | None, subject: str, data: str, count: int, headers: Sequence[
     return 0
 
 
-def sub(url: str | None, subject: str, count: int, timeout: float) -> int:
+def sub(url: str | None, subject: str, count: int, timeout: float, auth: Auth | None = None) -> int:
     nc: Client
-    with connect(_need_server(url)) as nc:
+    with connect(_need_server(url), **(auth or {})) as nc:
         s = nc.subscribe(subject)
         got = 0
         try:
@@ -345,8 +349,8 @@ def sub(url: str | None, subject: str, count: int, timeout: float) -> int:
 # ---------------------------------------------------------------------------------- bench
 
 
-def bench(url: str | None, msgs: int, size: int, requests: int) -> int:
-    with _server_url(url, jetstream=False) as server, connect(server) as nc:
+def bench(url: str | None, msgs: int, size: int, requests: int, auth: Auth | None = None) -> int:
+    with _server_url(url, jetstream=False) as server, connect(server, **(auth or {})) as nc:
         payload = b"x" * size
         nc.flush()
         publish = nc.publish
@@ -376,12 +380,12 @@ def _print_json(value: object) -> None:
 
 
 def stream_cmd(url: str | None, action: str, name: str | None, subjects: str | None,
-               storage: str, replicas: int) -> int:
+               storage: str, replicas: int, auth: Auth | None = None) -> int:
     server = _need_server(url)
     if action != "ls" and not name:
         print(f"jssync stream {action}: a stream name is needed", file=sys.stderr)
         return 2
-    with connect(server, name="jssync-cli") as nc:
+    with connect(server, name="jssync-cli", **(auth or {})) as nc:
         js = nc.jetstream()
         if action == "ls":
             for info in js.streams():
@@ -406,12 +410,13 @@ def stream_cmd(url: str | None, action: str, name: str | None, subjects: str | N
     return 0
 
 
-def consumer_cmd(url: str | None, action: str, stream: str, name: str | None, filter_subject: str | None) -> int:
+def consumer_cmd(url: str | None, action: str, stream: str, name: str | None, filter_subject: str | None,
+                 auth: Auth | None = None) -> int:
     server = _need_server(url)
     if action != "ls" and not name:
         print(f"jssync consumer {action}: a consumer name is needed", file=sys.stderr)
         return 2
-    with connect(server, name="jssync-cli") as nc:
+    with connect(server, name="jssync-cli", **(auth or {})) as nc:
         js = nc.jetstream()
         if action == "ls":
             for info in js.stream(stream).consumers():
@@ -431,12 +436,64 @@ def consumer_cmd(url: str | None, action: str, stream: str, name: str | None, fi
     return 0
 
 
+_AUTH_EPILOG = """\
+The --server and authentication options go before or after the command. --creds and --nkey
+need the nkeys extra (pip install 'jssync[nkeys]'). A password or token given on the command
+line is visible to other users of this machine (process list, shell history): prefer a --creds
+or --nkey file, or a client certificate.
+
+examples:
+  jssync --server tls://nats.example.com:4222 --creds ~/.nkeys/app.creds pub orders.new '{"id": 1}'
+  jssync sub 'orders.>' --server nats://127.0.0.1:4222 --nkey user.nk
+  jssync stream ls --server tls://nats:4222 --tls-ca ca.pem --tls-cert me.pem --tls-key me.key
+"""
+
+
+def _add_connection_options(p: argparse.ArgumentParser, default: object) -> None:
+    p.add_argument("--server", "-s", default=default, help="server URL (nats://HOST:PORT)")
+    g = p.add_argument_group("authentication")
+    g.add_argument("--creds", default=default, metavar="FILE",
+                   help="creds file: user JWT and nkey seed (read again at every reconnect)")
+    g.add_argument("--nkey", default=default, metavar="FILE", help="nkey seed file")
+    g.add_argument("--user", default=default, help="user name")
+    g.add_argument("--password", default=default, help="password (visible in the process list)")
+    g.add_argument("--token", default=default, help="authentication token (visible in the process list)")
+    g.add_argument("--tls-ca", default=default, metavar="FILE", help="CA certificate(s) to trust; turns TLS on")
+    g.add_argument("--tls-cert", default=default, metavar="FILE", help="client certificate (mutual TLS)")
+    g.add_argument("--tls-key", default=default, metavar="FILE", help="private key of --tls-cert")
+
+
+def _auth_options(args: argparse.Namespace) -> Auth:
+    """The connect() keywords of the authentication options."""
+    auth: Auth = {}
+    for option, keyword in (("creds", "creds"), ("nkey", "nkey_seed"), ("user", "user"),
+                            ("password", "password"), ("token", "token")):
+        value = getattr(args, option, None)
+        if value is not None:
+            auth[keyword] = value
+    ca, cert, key = (getattr(args, f, None) for f in ("tls_ca", "tls_cert", "tls_key"))
+    if (cert is None) != (key is None):
+        raise SystemExit("jssync: --tls-cert and --tls-key go together")
+    if ca is not None or cert is not None:
+        try:
+            ctx = ssl.create_default_context(cafile=ca)
+            if cert is not None and key is not None:
+                ctx.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise SystemExit(f"jssync: cannot load the TLS files: {exc}") from None
+        auth["tls"] = ctx
+    return auth
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="jssync", description="A synchronous NATS and JetStream client.")
-    parser.add_argument("--server", "-s", default=None, help="server URL (nats://HOST:PORT)")
-    # --server is also accepted after the command (`jssync demo --server URL`).
+    parser = argparse.ArgumentParser(
+        prog="jssync", description="A synchronous NATS and JetStream client.", epilog=_AUTH_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_connection_options(parser, None)
+    # The connection options are also accepted after the command (`jssync pub --server URL ...`).
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--server", "-s", default=argparse.SUPPRESS, help="server URL (nats://HOST:PORT)")
+    _add_connection_options(common, argparse.SUPPRESS)
     sp = parser.add_subparsers(dest="command", required=True)
     p_demo = sp.add_parser("demo", parents=[common],
                            help="show the client working (starts an embedded nats-server without --server)")
@@ -471,20 +528,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_con.add_argument("--filter", default=None, help="filter subject (add)")
     args = parser.parse_args(argv)
     try:
-        if args.command == "demo":
-            return demo_spark(args.server) if args.what == "spark" else demo(args.server)
         if args.command == "server":
             return serve(args.port, args.store_dir)
+        auth = _auth_options(args)
+        if args.command == "demo":
+            return demo_spark(args.server) if args.what == "spark" else demo(args.server, auth)
         if args.command == "pub":
-            return pub(args.server, args.subject, args.data, args.count, args.header)
+            return pub(args.server, args.subject, args.data, args.count, args.header, auth)
         if args.command == "sub":
-            return sub(args.server, args.subject, args.count, args.timeout)
+            return sub(args.server, args.subject, args.count, args.timeout, auth)
         if args.command == "bench":
-            return bench(args.server, args.msgs, args.size, args.requests)
+            return bench(args.server, args.msgs, args.size, args.requests, auth)
         if args.command == "stream":
-            return stream_cmd(args.server, args.action, args.name, args.subjects, args.storage, args.replicas)
+            return stream_cmd(args.server, args.action, args.name, args.subjects, args.storage, args.replicas, auth)
         if args.command == "consumer":
-            return consumer_cmd(args.server, args.action, args.stream, args.name, args.filter)
+            return consumer_cmd(args.server, args.action, args.stream, args.name, args.filter, auth)
     except NatsError as exc:
         print(f"jssync: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

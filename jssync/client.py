@@ -26,8 +26,10 @@ from jscore import events as ev
 from jscore import status
 from jscore.connection import ConnectOptions, State
 from jscore.errors import (
+    AuthorizationError,
     ClientForkedError,
     ConnectionClosedError,
+    CredentialsError,
     InvalidOptionError,
     NatsError,
     TimeoutError,
@@ -36,6 +38,7 @@ from jscore.headers import HeadersInput
 from jscore.protocol import PUB_FMT, MsgReceived, validated_subject
 from jscore.session import Session, Sink
 
+from .auth import Authenticator
 from .events import CallbackError, SlowConsumer
 from .msg import Msg
 
@@ -212,8 +215,10 @@ class Client:
         user: str | None = None,
         password: str | None = None,
         token: str | None = None,
-        creds: str | None = None,
-        nkey_seed: str | None = None,
+        creds: str | os.PathLike[str] | None = None,
+        nkey_seed: str | bytes | os.PathLike[str] | None = None,
+        user_jwt_cb: Callable[[], str] | None = None,
+        signature_cb: Callable[[bytes], bytes] | None = None,
         tls: ssl.SSLContext | bool | None = None,
         tls_first: bool = False,
         connect_timeout: float = 2.0,
@@ -230,11 +235,6 @@ class Client:
         inbox_prefix: str = "_INBOX",
         rng: random.Random | None = None,
     ) -> None:
-        if creds is not None or nkey_seed is not None:
-            raise InvalidOptionError(
-                "creds and nkey_seed authentication are not supported yet (they need ed25519 signing); "
-                "use user/password, token or TLS"
-            )
         if isinstance(servers, str):
             servers = [s.strip() for s in servers.split(",") if s.strip()]
         if tls is not None and not isinstance(tls, (ssl.SSLContext, bool)):
@@ -263,7 +263,22 @@ class Client:
             ignore_discovered_servers=ignore_discovered_servers,
             inbox_prefix=inbox_prefix,
         )
-        self._session = Session(self.options, rng=rng or random.Random(os.urandom(16)))
+        # nkey / JWT credentials: loaded by the I/O thread before each dial (a rotated creds
+        # file is read again), the nonce signed by the core's call during the handshake.
+        self._auth: Authenticator | None = None
+        if creds is not None or nkey_seed is not None or user_jwt_cb is not None or signature_cb is not None:
+            self._auth = Authenticator(
+                creds=creds,
+                nkey_seed=nkey_seed,
+                user_jwt_cb=user_jwt_cb,
+                signature_cb=signature_cb,
+                timeout=connect_timeout,
+            )
+        self._session = Session(
+            self.options,
+            rng=rng or random.Random(os.urandom(16)),
+            credentials=self._auth.credentials if self._auth is not None else None,
+        )
         self._conn = self._session.conn
         self._pending_limit = pending_msgs_limit
         self._on_event = on_event
@@ -721,6 +736,9 @@ class Client:
             self._io_loop()
         except BaseException as exc:  # noqa: BLE001 - the client must fail loudly, not hang
             self._fail_everything(exc)
+        finally:
+            if self._auth is not None:
+                self._auth.forget()
 
     def _fail_everything(self, exc: BaseException) -> None:
         with self._lock:
@@ -866,6 +884,15 @@ class Client:
     def _do_directive(self, d: Any, wbuf: bytearray) -> None:
         conn = self._conn
         if isinstance(d, ev.ConnectRequested):
+            if self._auth is not None:
+                # Read the creds again (rotation) before dialing, outside the lock; bounded by
+                # the connect timeout. Unusable credentials fail this attempt like a refused dial.
+                try:
+                    self._auth.load(d.timeout)
+                except CredentialsError as exc:
+                    with self._lock:
+                        self._session.connection_lost(_monotonic(), exc)
+                    return
             try:
                 new_sock = self._dial(d)
             except Exception as exc:  # noqa: BLE001 - reported to the core, typed there
@@ -1131,7 +1158,28 @@ def shell_of(client: Client) -> Shell:
     return client._shell
 
 
+# TLS alerts a server sends when it refuses the client's certificate (mutual TLS): a refused
+# credential, reported as AuthorizationError. (A server may also just close the connection;
+# that stays a connection error.)
+_CERTIFICATE_REFUSALS: Final = frozenset(
+    {
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+        "SSLV3_ALERT_CERTIFICATE_REVOKED",
+        "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+        "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE",
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "TLSV1_ALERT_ACCESS_DENIED",
+    }
+)
+
+
 def _as_error(exc: BaseException) -> Exception:
+    if isinstance(exc, ssl.SSLError) and getattr(exc, "reason", None) in _CERTIFICATE_REFUSALS:
+        err = AuthorizationError(f"the server refused the TLS client certificate ({exc.reason})")
+        err.__cause__ = exc
+        return err
     return exc if isinstance(exc, Exception) else ConnectionClosedError(repr(exc))
 
 

@@ -986,7 +986,8 @@ class JetStreamDataSource(DataSource):
     """The ``jetstream`` data source: ``spark.dataSource.register(JetStreamDataSource)``.
 
     Options (strings): ``servers`` (required), credentials (``user``, ``password``, ``token``,
-    ``creds``, ``nkeySeed``, ``tls``, ``connectTimeout``); reading: ``stream`` (required),
+    ``credsFile``, ``nkeySeedFile``, ``tls``, ``tlsCaFile``, ``tlsCertFile``, ``tlsKeyFile``,
+    ``connectTimeout``); reading: ``stream`` (required),
     ``subjects``, ``startingOffsets``, ``startingTimestamp``, ``endingOffsets`` (batch),
     ``minPartitions``, ``maxRecordsPerPartition``, ``maxRecordsPerTrigger`` (streaming),
     ``failOnDataLoss``, ``fetchBatchSize``; writing: see :class:`WriteOptions` and ``writeId``.
