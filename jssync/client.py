@@ -37,6 +37,7 @@ from jscore.errors import (
 from jscore.headers import HeadersInput
 from jscore.protocol import PUB_FMT, MsgReceived, validated_subject
 from jscore.session import Session, Sink
+from jscore.validate import check_optional_timeout, check_timeout
 
 from .auth import Authenticator
 from .events import CallbackError, SlowConsumer
@@ -150,6 +151,7 @@ class Subscription:
         nothing is left."""
         if self._callback is not None:
             raise InvalidOptionError("next_msg() is not available on a subscription with a callback")
+        timeout = check_optional_timeout(timeout)
         self._client._check_fork()
         try:
             item = self._q.get(timeout=timeout)
@@ -355,6 +357,7 @@ class Client:
 
     def close(self, timeout: float = 5.0) -> None:
         """Write what is queued, close the connection and stop every thread. Idempotent."""
+        timeout = check_timeout(timeout)
         if self._fork_gen != _fork_generation:
             return  # the threads and socket belong to the parent process
         with self._lock:
@@ -382,6 +385,7 @@ class Client:
 
     def drain(self, timeout: float = 10.0) -> None:
         """Unsubscribe everything, let callbacks finish what is queued, flush, then close."""
+        timeout = check_timeout(timeout)
         self._check_fork()
         deadline = _monotonic() + timeout
         subs = list(self._subs.values())
@@ -453,6 +457,7 @@ class Client:
         self, *, domain: str | None = None, api_prefix: str | None = None, timeout: float = 5.0
     ) -> JetStream:
         """A JetStream context on this connection (ADR-37)."""
+        timeout = check_timeout(timeout)
         from .jetstream import JetStream
 
         return JetStream(self, domain=domain, api_prefix=api_prefix, timeout=timeout)
@@ -561,19 +566,25 @@ class Client:
     ) -> Msg:
         """Send a request and wait for the first reply. :class:`NoRespondersError` when no one
         listens, :class:`TimeoutError` after ``timeout`` seconds."""
+        timeout = check_timeout(timeout)
         self._check_fork()
         waiter: queue.SimpleQueue[ev.ReplyReceived | _Stop] = queue.SimpleQueue()
         with self._lock:
             token = self._conn.request(subject, payload, headers)
             self._requests[token] = waiter
             self._kick_locked()
+        item: ev.ReplyReceived | _Stop | None = None
         try:
             item = waiter.get(timeout=timeout)
         except queue.Empty:
-            with self._lock:
-                self._requests.pop(token, None)
-                self._conn.cancel_request(token)
-            raise TimeoutError(f"no reply on {subject!r} within {timeout} s") from None
+            pass
+        finally:
+            if item is None:  # timed out, or interrupted (KeyboardInterrupt): leave nothing behind
+                with self._lock:
+                    self._requests.pop(token, None)
+                    self._conn.cancel_request(token)
+        if item is None:
+            raise TimeoutError(f"no reply on {subject!r} within {timeout} s")
         if isinstance(item, _Stop):
             raise item.error or ConnectionClosedError("the connection closed")
         m = item.msg
@@ -585,18 +596,24 @@ class Client:
 
     def flush(self, timeout: float = 2.0) -> None:
         """Wait until the server has processed everything sent so far (a PING/PONG round trip)."""
+        timeout = check_timeout(timeout)
         self._check_fork()
         waiter: queue.SimpleQueue[bool | _Stop] = queue.SimpleQueue()
         with self._lock:
             token = self._conn.flush()
             self._flushes[token] = waiter
             self._wake_locked()
+        item: bool | _Stop | None = None
         try:
             item = waiter.get(timeout=timeout)
         except queue.Empty:
-            with self._lock:
-                self._flushes.pop(token, None)
-            raise TimeoutError(f"flush did not complete within {timeout} s") from None
+            pass
+        finally:
+            if item is None:  # timed out, or interrupted: leave nothing behind
+                with self._lock:
+                    self._flushes.pop(token, None)
+        if item is None:
+            raise TimeoutError(f"flush did not complete within {timeout} s")
         if isinstance(item, _Stop):
             raise item.error or ConnectionClosedError("the connection closed")
 
@@ -641,6 +658,7 @@ class Client:
             self._wake_locked()
 
     def _drain_subscription(self, sub: Subscription, timeout: float) -> None:
+        timeout = check_timeout(timeout)
         self._check_fork()
         deadline = _monotonic() + timeout
         with self._lock:

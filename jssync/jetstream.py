@@ -43,6 +43,8 @@ from jscore.models import (
     decode_response,
 )
 
+from jscore.validate import check_timeout
+
 from .client import shell_of
 from .consumer import Consumer
 from .ordered import OrderedConsumer, ordered_options
@@ -90,8 +92,7 @@ class JetStream:
         api_prefix: str | None = None,
         timeout: float = 5.0,
     ) -> None:
-        if timeout <= 0:
-            raise InvalidOptionError("timeout must be > 0")
+        timeout = check_timeout(timeout)
         prefix = jsapi.api_prefix(domain, api_prefix)
         self._nc = client
         self.domain = domain

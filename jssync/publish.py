@@ -63,6 +63,7 @@ from jscore.publish import (
     check_msg_id,
     publish_headers,
 )
+from jscore.validate import check_timeout
 
 from .client import shell_of
 
@@ -338,7 +339,7 @@ class Publisher:
                 expected_last_msg_id=expected_last_msg_id,
                 ttl=ttl,
             )
-        t = self._js.timeout if timeout is None else _check_timeout(timeout)
+        t = self._js.timeout if timeout is None else check_timeout(timeout)
         shell = self._shell
         shell.check_fork()
         if self._nc.is_closed:
@@ -502,7 +503,7 @@ class Publisher:
         return fut
 
     def _wait_for_room_locked(self, timeout: float | None) -> None:
-        t = self._js.timeout if timeout is None else _check_timeout(timeout)
+        t = self._js.timeout if timeout is None else check_timeout(timeout)
         window = self._window
         deadline = _monotonic() + t
         self._room_waiters += 1
@@ -523,7 +524,7 @@ class Publisher:
 
     def complete(self, timeout: float = 30.0) -> None:
         """Wait until every async publish is settled; :class:`TimeoutError` after ``timeout``."""
-        deadline = _monotonic() + _check_timeout(timeout)
+        deadline = _monotonic() + check_timeout(timeout)
         window = self._window
         with self._lock:
             self._complete_waiters += 1
@@ -608,8 +609,3 @@ class Publisher:
             for fn in callbacks:
                 _run_callback(fn, fut)
 
-
-def _check_timeout(timeout: float) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise InvalidOptionError(f"timeout must be > 0 seconds, got {timeout!r}")
-    return float(timeout)
