@@ -312,6 +312,10 @@ NO_WAIT_TIMEOUT: Final = 5.0
 DEFAULT_NO_RESPONDERS_LIMIT: Final = 3
 DEFAULT_NO_RESPONDERS_BACKOFF: Final = 1.0
 MAX_NO_RESPONDERS_BACKOFF: Final = 10.0
+REFUSED_BACKOFF: Final = 1.0
+"""Consume: the first wait before re-pulling after a refused pull that was refused again, or
+after an unknown status (doubled per repetition without a message in between)."""
+MAX_REFUSED_BACKOFF: Final = 10.0
 
 
 class ConsumeOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -855,11 +859,6 @@ class FetchMachine(_Machine):
                 self._finish(status_error(rule, code, desc), what, code)
             case D.END_ERROR_IF_EMPTY:
                 self._finish(status_error(rule, code, desc) if self.delivered == 0 else None, what, code)
-            case D.END_CLEAR_PIN:
-                if self.pin_id is not None:
-                    self.pin_id = None
-                    self._events.append(PinIdCleared(code=code, description=desc))
-                self._finish(None, what, code)
             case _:
                 raise LocalProtocolError(f"status table: {rule.fetch} is not a fetch disposition")
 
@@ -890,8 +889,14 @@ class ConsumeMachine(_Machine):
     nothing outstanding the server owes no heartbeat, so none is missed (a full buffer and a
     slow handler are not an outage).
 
-    No spin. A pull is re-sent only when pending drops. Refusals without pending headers (409
-    Exceeded ...) leave pending as is: the watchdog recovers at its 2 x heartbeat pace. A 409
+    Recovery (ADR-37). A consume ends only on 409 Consumer Deleted, 409 Consumer is push based,
+    400 Bad Request (the same pull would be refused again), a closed connection or K 503s (see
+    below). A pull refused as it arrives (409 Exceeded MaxWaiting / MaxRequestBatch / ...) is
+    warned about, forgotten (its batch and max_bytes leave pending) and re-pulled at once; an
+    unknown status (an unknown 409 or code) is warned about and re-pulled after a backoff.
+
+    No spin. A pull is re-sent only when pending drops. Refusals in a row (no message in
+    between) and unknown statuses wait 1 s before the re-pull, doubling up to 10 s. A 409
     Message Size Exceeds MaxBytes holds pulls for ``expires`` seconds (warned once until a
     message is delivered); 503 no responders retries with doubling backoff and ends after
     ``no_responders_limit`` in a row.
@@ -915,6 +920,9 @@ class ConsumeMachine(_Machine):
         self._hold_until: float | None = None  # 409 MaxBytes: no pull before this
         self._retry_at: float | None = None  # 503: next attempt
         self._no_responders = 0  # consecutive 503s
+        self._refusals = 0  # refused pulls / unknown statuses since a message was delivered
+        self._refused_at = -1  # `delivered` at the last refusal
+        self._last_pull = (0, 0)  # batch and max_bytes of the last pull sent
         self._warned_at = -1  # `delivered` when the last MaxBytes warning went out
         self._delivered_at_pull = 0  # `delivered` when the last pull went out
         self._wait_take = False  # 409 MaxBytes with a full local buffer: pull after a take
@@ -1051,6 +1059,7 @@ class ConsumeMachine(_Machine):
                         self.pending_messages = self.pending_bytes = 0
                         self._hold_until = self._retry_at = None
                         self._wait_take = False
+                        self._refusals = 0
                         self._last_seen = now
                         self._maybe_pull(now)
                 case ConnectionClosed(error=error):
@@ -1107,6 +1116,7 @@ class ConsumeMachine(_Machine):
         self.pending_bytes += max_bytes
         self.pulls_sent += 1
         self._delivered_at_pull = self.delivered
+        self._last_pull = (batch, max_bytes)
         self._events.append(PullRequested(body=body, batch=batch, max_bytes=max_bytes))
 
     def _on_status(self, msg: MsgReceived, now: float) -> None:
@@ -1133,8 +1143,25 @@ class ConsumeMachine(_Machine):
                 pass
             case D.RESET_REPULL:
                 self.pending_messages = self.pending_bytes = 0
-            case D.WARN_REPULL | D.WARNING:
+            case D.WARN_REPULL:
                 self._warn(rule, code, desc)
+            case D.WARN_REFUSED_REPULL | D.WARN_BACKOFF_REPULL:
+                # ADR-37: a consume recovers from everything but the two 409s it names. The
+                # refused (or unknown) pull owes nothing more; which one it was is not said, but
+                # the server refuses a pull as it arrives: the last one sent.
+                if n is None and b is None:
+                    self._forget_last_pull()
+                if self._refused_at != self.delivered:
+                    self._refusals = 0  # a message came since the last one: a new streak
+                self._refused_at = self.delivered
+                self._refusals += 1
+                self._warn(rule, code, desc)
+                k = self._refusals - (1 if rule.consume is D.WARN_REFUSED_REPULL else 0)
+                if k > 0:  # (the first refusal of a streak re-pulls at once)
+                    delay = min(REFUSED_BACKOFF * 2 ** (k - 1), MAX_REFUSED_BACKOFF)
+                    at = now + delay
+                    if self._retry_at is None or at > self._retry_at:
+                        self._retry_at = at
             case D.WARN_NO_SPIN:
                 # The server ends every byte-limited pull whose next message does not fit in
                 # what is left of its max_bytes with this status, also after delivering some.
@@ -1155,6 +1182,10 @@ class ConsumeMachine(_Machine):
                     # "Nats-Pin-Id mismatch" refuses the pull outright; which pull is not
                     # known, and the other pulls carry the same stale id: start over.
                     self.pending_messages = self.pending_bytes = 0
+                # The server answered: whatever backoff was running is moot; pull again now
+                # (ADR-42: clear the id and keep pulling without it).
+                self._retry_at = None
+                self._refusals = 0
                 if self.pin_id is not None:
                     self.pin_id = None
                     self._events.append(PinIdCleared(code=code, description=desc))
@@ -1176,6 +1207,13 @@ class ConsumeMachine(_Machine):
             case _:
                 raise LocalProtocolError(f"status table: {rule.consume} is not a consume disposition")
         self._maybe_pull(now)
+
+    def _forget_last_pull(self) -> None:
+        batch, max_bytes = self._last_pull
+        p = self.pending_messages - batch
+        self.pending_messages = p if p > 0 else 0
+        p = self.pending_bytes - max_bytes
+        self.pending_bytes = p if p > 0 else 0
 
     def _warn(self, rule: StatusRule, code: int, desc: str) -> None:
         self._events.append(StatusWarning(code=code, description=desc, error=status_error(rule, code, desc)))

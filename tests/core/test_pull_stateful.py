@@ -207,8 +207,8 @@ class ConsumeModel(RuleBasedStateMachine):
             assert self.m.finished
             [end] = [e for e in evs if isinstance(e, ConsumeTerminated)]
             assert rule_.error is not None and type(end.error) is rule_.error
-        if running and rule_.consume is Disposition.WARNING and not headers:
-            assert (self.m.pending_messages, self.m.pending_bytes) == before  # no headers, no change
+        if running and rule_.consume in (Disposition.WARN_REFUSED_REPULL, Disposition.WARN_BACKOFF_REPULL):
+            assert not self.m.finished  # ADR-37: recovered from, never terminal
 
     @rule()
     def consumer_found_gone(self) -> None:
