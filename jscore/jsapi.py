@@ -66,6 +66,7 @@ __all__ = [
     "msg_delete_request",
     "page_request",
     "unpin_request",
+    "pause_request",
     "iter_pages",
     "stored_msg_from_get",
     "stored_msg_from_direct",
@@ -234,6 +235,9 @@ class ApiSubjects:
     def consumer_unpin(self, stream: str, consumer: str) -> str:
         return f"{self.prefix}CONSUMER.UNPIN.{check_stream_name(stream)}.{check_consumer_name(consumer)}"
 
+    def consumer_pause(self, stream: str, consumer: str) -> str:
+        return f"{self.prefix}CONSUMER.PAUSE.{check_stream_name(stream)}.{check_consumer_name(consumer)}"
+
 
 # =========================================================================== request bodies
 
@@ -289,6 +293,10 @@ class _ConsumerCreateRequest(_Model, kw_only=True):
 
 class _UnpinRequest(_Model, kw_only=True):
     group: str
+
+
+class _PauseRequest(_Model, kw_only=True):
+    pause_until: datetime | None = None
 
 
 def _check_seq(seq: object, what: str = "seq") -> int:
@@ -468,6 +476,18 @@ def page_request(offset: int, subject: str | None = None) -> bytes:
 
 def unpin_request(group: str) -> bytes:
     return encode(_UnpinRequest(group=check_group_name(group)))
+
+
+def pause_request(until: datetime | None) -> bytes:
+    """The body of ``CONSUMER.PAUSE``: ``{"pause_until": <RFC 3339>}``, or ``{}`` to resume (what
+    nats.go sends). ``until`` must be an aware datetime."""
+    if until is None:
+        return b"{}"
+    if not isinstance(until, datetime):
+        raise InvalidOptionError(f"until must be a datetime, got {type(until).__name__}")
+    if until.tzinfo is None or until.utcoffset() is None:
+        raise InvalidOptionError(f"until must be timezone-aware, got {until!r}")
+    return encode(_PauseRequest(pause_until=until))
 
 
 # =========================================================================== paging

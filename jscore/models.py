@@ -85,6 +85,7 @@ __all__ = [
     "ConsumerNamesResponse",
     "ConsumerListResponse",
     "SuccessResponse",
+    "PauseResponse",
     "PurgeResponse",
     "MsgGetResponse",
     "StreamInfoResponse",
@@ -690,6 +691,15 @@ class ConsumerListResponse(_Page, kw_only=True):
     consumers: list[ConsumerInfo] | None = None
     missing: list[str] | None = None
     offline: dict[str, str] | None = None
+
+
+class PauseResponse(_Model, kw_only=True):
+    """The answer to ``CONSUMER.PAUSE``: whether the consumer is paused now, until when, and
+    for how much longer (seconds)."""
+
+    paused: bool = False
+    pause_until: _Time | None = None
+    pause_remaining: Duration | None = None
 
 
 class SuccessResponse(_Model, kw_only=True):

@@ -58,6 +58,7 @@ from .errors import (
 )
 from .headers import Headers
 from .jsapi import check_consumer_name, check_group_name, check_stream_name
+from .models import ConsumerConfig, PriorityPolicy
 from .protocol import MsgReceived
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Stop
 
@@ -88,6 +89,7 @@ __all__ = [
     "FetchOptions",
     "resolve_consume_options",
     "resolve_fetch_options",
+    "check_priority",
     "fetch_grace",
     # commands
     "Stop",
@@ -464,6 +466,57 @@ def resolve_consume_options(
         no_responders_backoff=backoff,
         no_responders_check=no_responders_check,
     )
+
+
+def check_priority(
+    config: ConsumerConfig | None,
+    consumer: str,
+    operation: str,
+    *,
+    group: str | None = None,
+    min_pending: int | None = None,
+    min_ack_pending: int | None = None,
+    priority: int | None = None,
+) -> None:
+    """Check a pull's priority-group options against the consumer's configuration (ADR-42),
+    before anything is sent; :class:`InvalidOptionError` names the option and the consumer.
+
+    ``operation`` is ``fetch``, ``next``, ``consume`` or ``messages``. ``config`` None (a
+    consumer bound without its info) skips the check: the server then answers ``400 Bad
+    Request`` for what it refuses (and ignores what it tolerates).
+
+    * A consumer with ``priority_groups``: every pull names one of them (``group``). A consumer
+      without: no ``group`` (nats-server 2.15 ignores it; ADR-42 and nats.go refuse it).
+    * ``min_pending`` / ``min_ack_pending`` only with the ``overflow`` policy (the server
+      refuses them otherwise too).
+    * ``priority`` (0-9) only with the ``prioritized`` policy (nats-server 2.15 ignores it
+      elsewhere; ADR-42 ties it to that policy).
+    * ``pinned_client``: fetch and next are refused (ADR-42: "Fetch should not be supported in
+      this mode"): a pin belongs to one pull operation, and a fetch's ends with its one pull.
+    """
+    if config is None:
+        return
+    name = repr(consumer)
+    groups = list(config.priority_groups or ())
+    policy = config.priority_policy
+    policy_text = "none" if policy is None else str(policy.value if isinstance(policy, PriorityPolicy) else policy)
+    if groups:
+        if group is None:
+            _fail(f"group: consumer {name} has priority groups {groups}; every {operation} must name one (group=...)")
+        if group not in groups:
+            _fail(f"group: {group!r} is not a priority group of consumer {name} (its groups: {groups})")
+    elif group is not None:
+        _fail(f"group: consumer {name} has no priority groups, so {operation} cannot name group {group!r}")
+    for option, value in (("min_pending", min_pending), ("min_ack_pending", min_ack_pending)):
+        if value is not None and policy != PriorityPolicy.OVERFLOW:
+            _fail(f"{option}: only for the overflow priority policy; consumer {name} has policy {policy_text}")
+    if priority is not None and policy != PriorityPolicy.PRIORITIZED:
+        _fail(f"priority: only for the prioritized priority policy; consumer {name} has policy {policy_text}")
+    if policy == PriorityPolicy.PINNED_CLIENT and operation in ("fetch", "next"):
+        _fail(
+            f"{operation}: consumer {name} uses the pinned_client priority policy, where fetch and next are "
+            "not supported (ADR-42); use consume() or messages(), which keep the pin"
+        )
 
 
 def fetch_grace(expires: float) -> float:
