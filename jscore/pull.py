@@ -90,6 +90,7 @@ __all__ = [
     "resolve_consume_options",
     "resolve_fetch_options",
     "check_priority",
+    "consume_expires",
     "fetch_grace",
     # commands
     "Stop",
@@ -517,6 +518,34 @@ def check_priority(
             f"{operation}: consumer {name} uses the pinned_client priority policy, where fetch and next are "
             "not supported (ADR-42); use consume() or messages(), which keep the pin"
         )
+
+
+def consume_expires(config: ConsumerConfig | None, consumer: str, expires: float | None) -> float:
+    """The ``expires`` of a consume's pulls: the user's, or :data:`DEFAULT_EXPIRES`; on a
+    ``pinned_client`` consumer, shorter than its ``priority_timeout``.
+
+    nats-server 2.15 restarts the pin's timer only when a *new* pull carrying the pin id
+    arrives; a pull waiting at the server does not count. An idle consume sends its next pull
+    when the last one expires, so with ``expires >= priority_timeout`` the pinned consume loses
+    its pin at every idle expiry and the pin flaps between the clients. So the default is
+    ``priority_timeout / 2`` (at most 30 s, at least the 1 s minimum) and an explicit
+    ``expires`` that is not shorter than ``priority_timeout`` raises
+    :class:`InvalidOptionError`. ``config`` None (bound without info): no adjustment.
+    """
+    timeout = None
+    if config is not None and config.priority_policy == PriorityPolicy.PINNED_CLIENT:
+        timeout = config.priority_timeout
+    if expires is None:
+        if not timeout:
+            return DEFAULT_EXPIRES
+        return min(DEFAULT_EXPIRES, max(MIN_CONSUME_EXPIRES, timeout / 2))
+    if timeout and _seconds("expires", expires) >= timeout:
+        _fail(
+            f"expires: {expires} s is not shorter than the priority_timeout ({timeout:g} s) of consumer "
+            f"{consumer!r}: the pin is kept only by new pulls, and an idle consume pulls again at each "
+            "expiry, so it would lose its pin whenever idle (leave expires unset for timeout / 2)"
+        )
+    return expires
 
 
 def fetch_grace(expires: float) -> float:

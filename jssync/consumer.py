@@ -167,7 +167,7 @@ class Consumer:
         *,
         max_messages: int | None = None,
         max_bytes: int | None = None,
-        expires: float = 30.0,
+        expires: float | None = None,
         heartbeat: float | None = None,
         threshold_messages: int | None = None,
         threshold_bytes: int | None = None,
@@ -180,6 +180,10 @@ class Consumer:
     ) -> ConsumeContext:
         """Call ``handler(msg)`` for every message, on a dispatcher thread, keeping a buffer
         of ``max_messages`` (default 500) or ``max_bytes`` filled with pulls (ADR-37).
+        ``expires`` is 30 s by default; on a ``pinned_client`` consumer it is half the
+        consumer's ``priority_timeout`` (at most 30 s) and must be shorter than it, since only
+        new pulls keep the pin. Priority-group options are checked against the consumer's
+        config before anything is sent.
         Notifications (heartbeats missed, warnings, pin changes, reconnects, handler errors,
         the terminal error) go to ``on_event``. ``auto_progress`` (off by default): a fraction
         of the consumer's ack_wait after which a still-running handler's message gets an
@@ -196,7 +200,7 @@ class Consumer:
         *,
         max_messages: int | None = None,
         max_bytes: int | None = None,
-        expires: float = 30.0,
+        expires: float | None = None,
         heartbeat: float | None = None,
         threshold_messages: int | None = None,
         threshold_bytes: int | None = None,

@@ -298,10 +298,11 @@ class _ConsumeDriver(_Driver):
             self._command(P.Drain())
 
 
-def _consume_options(**options: Any) -> P.ConsumeOptions:
-    """``options`` are the keywords of :func:`jscore.pull.resolve_consume_options`."""
-    if options.get("expires") is None:
-        options["expires"] = 30.0
+def _consume_options(consumer: Consumer, **options: Any) -> P.ConsumeOptions:
+    """``options`` are the keywords of :func:`jscore.pull.resolve_consume_options`; ``expires``
+    None is the default (shorter on a pinned_client consumer: :func:`jscore.pull.consume_expires`)."""
+    config = consumer._info.config if consumer._info is not None else None
+    options["expires"] = P.consume_expires(config, consumer.name, options.get("expires"))
     # After K 503s in a row the machine asks us to check the consumer (_ConsumeDriver._verify)
     # instead of ending: a cluster without quorum or electing a leader is not a lost consumer.
     return P.resolve_consume_options(no_responders_check=True, **options)
@@ -503,7 +504,7 @@ def consume(
     if not callable(handler):
         raise InvalidOptionError("consume needs a callable handler")
     interval = None
-    opts = _consume_options(**options)
+    opts = _consume_options(consumer, **options)
     _check_priority(consumer, "consume", options)
     if auto_progress is not None:
         if isinstance(auto_progress, bool) or not isinstance(auto_progress, (int, float)) or not 0 < auto_progress < 1:
@@ -627,7 +628,7 @@ class _StreamEnded(ConnectionClosedError):
 
 
 def messages(consumer: Consumer, on_event: EventHandler | None, **options: Any) -> MessageStream:
-    opts = _consume_options(**options)
+    opts = _consume_options(consumer, **options)
     _check_priority(consumer, "messages", options)
     machine = P.ConsumeMachine(opts, _monotonic(), connected=consumer.jetstream.client.is_connected)
     driver = _ConsumeDriver(consumer, machine)

@@ -155,3 +155,23 @@ def test_423_then_a_new_pin_is_reported_in_order() -> None:
     m.receive_msg(status(408, "Request Timeout", pending=8, pending_bytes=0), 0.4)
     [p] = pulls(events(m))
     assert body(p)["id"] == "NEW"
+
+
+# ------------------------------------------------------------------ a pinned consume pulls often enough to keep its pin
+
+
+def test_consume_expires_on_a_pinned_consumer() -> None:
+    from jscore.pull import DEFAULT_EXPIRES, consume_expires
+
+    pinned = ConsumerConfig(priority_groups=["jobs"], priority_policy=PriorityPolicy.PINNED_CLIENT, priority_timeout=10.0)
+    assert consume_expires(pinned, "C", None) == 5.0  # half the timeout
+    assert consume_expires(pinned, "C", 9.5) == 9.5
+    with pytest.raises(InvalidOptionError, match="expires: .*priority_timeout.*'C'"):
+        consume_expires(pinned, "C", 10.0)
+    long = ConsumerConfig(priority_groups=["g"], priority_policy=PriorityPolicy.PINNED_CLIENT, priority_timeout=600.0)
+    assert consume_expires(long, "C", None) == DEFAULT_EXPIRES
+    short = ConsumerConfig(priority_groups=["g"], priority_policy=PriorityPolicy.PINNED_CLIENT, priority_timeout=1.5)
+    assert consume_expires(short, "C", None) == 1.0  # the consume minimum
+    for other in (PLAIN, OVERFLOW, PRIORITIZED, None):
+        assert consume_expires(other, "C", None) == DEFAULT_EXPIRES
+        assert consume_expires(other, "C", 120.0) == 120.0
