@@ -100,9 +100,11 @@ __all__ = [
     "ConnectionClosed",
     "ConsumerGone",
     "MessagesTaken",
+    "AckNext",
     "PullCommand",
     # events
     "PullRequested",
+    "AckNextRequested",
     "MessageDelivered",
     "FlowControlReplyRequested",
     "HeartbeatMissed",
@@ -123,6 +125,8 @@ __all__ = [
 NATS_PENDING_MESSAGES: Final = "Nats-Pending-Messages"
 NATS_PENDING_BYTES: Final = "Nats-Pending-Bytes"
 NATS_PIN_ID: Final = "Nats-Pin-Id"
+
+ACK_BODY: Final = b"+ACK"
 
 BYTES_MODE_BATCH: Final = 1_000_000
 """The batch of a pull limited by bytes: a large number, because the server delivers only ONE
@@ -638,6 +642,16 @@ class MessagesTaken(msgspec.Struct, frozen=True, kw_only=True):
     size: int = 0
 
 
+class AckNext(msgspec.Struct, frozen=True, kw_only=True):
+    """Consume: the application acknowledges the message whose ack subject is ``reply`` and
+    asks for the next one (``JsMsg.ack_next``). The machine answers with an
+    :class:`AckNextRequested`: ``+NXT`` with a pull of one message to its inbox, counted as
+    pending like any pull, when the buffer has room and the consume is running and connected;
+    a plain ``+ACK`` otherwise (the next message comes with the consume's own pulls)."""
+
+    reply: str
+
+
 class ConsumerGone(msgspec.Struct, frozen=True, kw_only=True):
     """Consume, the answer to :class:`ConsumerCheckRequested`: the consumer (or its stream) no
     longer exists; the machine ends with ``error``."""
@@ -645,7 +659,9 @@ class ConsumerGone(msgspec.Struct, frozen=True, kw_only=True):
     error: NatsError
 
 
-PullCommand = Union[Stop, Drain, ConnectionLost, ConnectionRestored, ConnectionClosed, MessagesTaken, ConsumerGone]
+PullCommand = Union[
+    Stop, Drain, ConnectionLost, ConnectionRestored, ConnectionClosed, MessagesTaken, ConsumerGone, AckNext
+]
 
 
 # ============================================================================ events
@@ -658,6 +674,16 @@ class PullRequested(msgspec.Struct, frozen=True, kw_only=True):
     body: bytes
     batch: int
     max_bytes: int
+
+
+class AckNextRequested(msgspec.Struct, frozen=True, kw_only=True):
+    """Publish ``body`` to the ack subject ``reply``; with ``pull`` the machine's inbox is the
+    reply subject (``+NXT`` asks the server to deliver there), without it there is none (a
+    plain ``+ACK``)."""
+
+    reply: str
+    body: bytes
+    pull: bool
 
 
 class MessageDelivered(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -740,6 +766,7 @@ class ConsumerCheckRequested(msgspec.Struct, frozen=True, kw_only=True):
 
 PullEvent = Union[
     PullRequested,
+    AckNextRequested,
     MessageDelivered,
     FlowControlReplyRequested,
     HeartbeatMissed,
@@ -912,6 +939,9 @@ class FetchMachine(_Machine):
                         self._finish(err, "connection lost", None)
                 case ConnectionRestored() | MessagesTaken():
                     pass  # a fetch ended on the loss already; it has no local buffer to track
+                case AckNext(reply=reply):
+                    # One pull per fetch: a +NXT would bring a message its batch does not count.
+                    self._events.append(AckNextRequested(reply=reply, body=ACK_BODY, pull=False))
                 case ConsumerGone(error=error):
                     if self.state is not _FINISHED:  # (a fetch never asks; honoured all the same)
                         self._finish(error, "the consumer is gone", None)
@@ -1151,6 +1181,8 @@ class ConsumeMachine(_Machine):
                 case ConsumerGone(error=error):
                     if self.state is not _FINISHED:
                         self._terminate(error, "the consumer is gone (503 no responders, then not found)")
+                case AckNext(reply=reply):
+                    self._ack_next(reply, now)
                 case _:
                     _unknown_command(command)
         except BaseException as exc:
@@ -1177,9 +1209,9 @@ class ConsumeMachine(_Machine):
                 return
             self._send_pull(opts.max_messages - used, 0, now)
 
-    def _send_pull(self, batch: int, max_bytes: int, now: float) -> None:
+    def _pull_body(self, batch: int, max_bytes: int) -> bytes:
         opts = self.options
-        body = build_pull_request(
+        return build_pull_request(
             batch=batch,
             max_bytes=max_bytes,
             expires=opts.expires,
@@ -1190,6 +1222,13 @@ class ConsumeMachine(_Machine):
             pin_id=self.pin_id,
             priority=opts.priority,
         )
+
+    def _send_pull(self, batch: int, max_bytes: int, now: float) -> None:
+        body = self._pull_body(batch, max_bytes)
+        self._count_pull(batch, max_bytes, now)
+        self._events.append(PullRequested(body=body, batch=batch, max_bytes=max_bytes))
+
+    def _count_pull(self, batch: int, max_bytes: int, now: float) -> None:
         if not self.outstanding:
             self._last_seen = now  # the watchdog starts with the first outstanding pull
         self.pending_messages = min(self.pending_messages + batch, BYTES_MODE_BATCH) if self._by_bytes else (
@@ -1199,7 +1238,6 @@ class ConsumeMachine(_Machine):
         self.pulls_sent += 1
         self._delivered_at_pull = self.delivered
         self._last_pull = (batch, max_bytes)
-        self._events.append(PullRequested(body=body, batch=batch, max_bytes=max_bytes))
 
     def _on_status(self, msg: MsgReceived, now: float) -> None:
         code = msg.status
@@ -1289,6 +1327,25 @@ class ConsumeMachine(_Machine):
             case _:
                 raise LocalProtocolError(f"status table: {rule.consume} is not a consume disposition")
         self._maybe_pull(now)
+
+    def _ack_next(self, reply: str, now: float) -> None:
+        """+NXT: ack, and a pull of one message to our inbox, counted like any pull (so the
+        buffer bound holds); a plain +ACK when there is no room, nothing running or no link."""
+        opts = self.options
+        if self.state is _RUNNING and self.connected and self._hold_until is None and self._retry_at is None:
+            if self._by_bytes:
+                room = opts.max_bytes - self.pending_bytes - self.buffered_bytes
+                if room > 0:
+                    self._events.append(
+                        AckNextRequested(reply=reply, body=b"+NXT " + self._pull_body(1, room), pull=True)
+                    )
+                    self._count_pull(1, room, now)
+                    return
+            elif self.pending_messages + self.buffered_messages < opts.max_messages:
+                self._events.append(AckNextRequested(reply=reply, body=b"+NXT " + self._pull_body(1, 0), pull=True))
+                self._count_pull(1, 0, now)
+                return
+        self._events.append(AckNextRequested(reply=reply, body=ACK_BODY, pull=False))
 
     def _forget_last_pull(self) -> None:
         batch, max_bytes = self._last_pull

@@ -288,6 +288,25 @@ class _ConsumeDriver(_Driver):
         with shell.lock:
             shell.flush_deferred_locked()
 
+    def ack_next(self, reply: str) -> None:
+        """``JsMsg.ack_next`` of one of our messages: the machine sends ``+NXT`` (a pull of one,
+        counted) or ``+ACK``; once it has ended, a plain ``+ACK``."""
+        shell = self._shell
+        shell.check_fork()
+        with shell.lock:
+            if not self._done and shell.session.running(self._slot):
+                shell.command_locked(self._slot, P.AckNext(reply=reply), kick=True)
+                return
+        shell.publish_to_reply(reply, P.ACK_BODY, False)
+
+    def _on_event(self, e: Any) -> None:
+        if e.__class__ is P.MessageDelivered:
+            msg = JsMsg._from_event(e.msg, self._client)
+            msg._source = self
+            self._q.put(msg)
+        else:
+            super()._on_event(e)
+
     def stop(self) -> None:
         with self._shell.lock:
             self._command(P.Stop())

@@ -1,5 +1,6 @@
 """Consumers against a real nats-server: binding without CONSUMER.INFO (ADR-37's cross-account
-case), pause / resume, and priority-group options checked before anything is sent.
+case), pause / resume, ``JsMsg.ack_next`` (+NXT) and priority-group options checked before
+anything is sent.
 
 The bind test runs two accounts: account A owns the stream and the consumer and exports only
 the consumer's ``MSG.NEXT`` subject (as a streamed service) and its ack subjects; account B
@@ -9,6 +10,7 @@ the consumer's info.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -18,6 +20,7 @@ import pytest
 import jssync
 from jscore.errors import (
     InvalidOptionError,
+    MsgAlreadyAckedError,
     JetStreamNotEnabledError,
     NoConsumerInfoError,
     PullBadRequestError,
@@ -210,3 +213,43 @@ def test_pinned_notifications_reach_the_iterator_and_on_event(env: PullEnv) -> N
     assert len(pins) == 1 and pins[0].pin_id == msgs[0].headers["Nats-Pin-Id"]  # type: ignore[index]
     assert seen == notes
     assert not hasattr(c, "_pins")
+
+
+def test_ack_next_asks_for_the_next_message_on_the_consume_inbox(env: PullEnv) -> None:
+    """A consume whose pulls never refill by themselves (threshold 0 of 3) gets the rest of the
+    stream only through +NXT: every message arrives once, in order, every ack is applied."""
+    c = env.consumer("NX", ack_wait=30.0)
+    env.publish(12)
+    acks = env.acks()
+    pulls = env.pulls("NX")
+    got: list[bytes] = []
+    with c.messages(max_messages=3, threshold_messages=0, expires=5.0) as it:
+        for _ in range(12):
+            m = it.next(timeout=5.0)
+            got.append(m.data)
+            m.ack_next()
+            with pytest.raises(MsgAlreadyAckedError):
+                m.ack()
+    assert got == [b"m%d" % i for i in range(12)]
+    wait_until(lambda: _ack_floor(env, "NX") == 12, 5.0, 0.05, "every ack applied")
+    nxt = [d for d in acks.since(0.0) if d.startswith(b"+NXT")]
+    assert nxt, "no +NXT was sent"
+    assert all(json.loads(d[5:])["batch"] == 1 for d in nxt)
+    # Fewer pulls than messages: +NXT did the refilling.
+    assert pulls.count < 12
+
+
+def test_ack_next_of_a_fetched_message_is_refused_before_anything_is_sent(env: PullEnv) -> None:
+    c = env.consumer("NF")
+    env.publish(1)
+    [m] = list(c.fetch(1, expires=2.0))
+    acks = env.acks()
+    with pytest.raises(InvalidOptionError):
+        m.ack_next()
+    m.ack_sync(timeout=2.0)  # still acknowledgeable
+    wait_until(lambda: acks.count >= 1, 2.0, 0.01, "the ack seen by the monitor")
+    assert [d for d in acks.since(0.0)] == [b"+ACK"]
+
+
+def _ack_floor(env: PullEnv, name: str) -> int:
+    return int(env.js.consumer_info(env.name, name).ack_floor.stream_seq)
