@@ -27,9 +27,9 @@ from jscore.errors import (
 )
 from jscore.models import PriorityPolicy
 from jssync import Client, JsMsg
-from jssync.server import NatsServer
+from jssync.server import NatsCluster, NatsServer
 from tests.integration import EventLog, clients
-from tests.integration._jspull import PullEnv, Recorder, unique, wait_until
+from tests.integration._jspull import PullEnv, Recorder, Site, site_env, unique, wait_until
 
 __all__ = ["clients"]
 
@@ -137,9 +137,13 @@ def test_bind_on_the_same_account_learns_the_config_from_info(nats_url: str, cli
         env.cleanup()
 
 
-@pytest.fixture
-def env(nats_url: str, clients: Callable[..., Client]) -> Iterator[PullEnv]:
-    e = PullEnv(clients(nats_url), clients(nats_url))
+@pytest.fixture(params=["single", "cluster"])
+def env(request: pytest.FixtureRequest, nats_url: str, clients: Callable[..., Client]) -> Iterator[PullEnv]:
+    if request.param == "cluster":
+        cluster: NatsCluster = request.getfixturevalue("nats_cluster")
+        e = site_env(Site(cluster.urls, 3), clients)
+    else:
+        e = site_env(Site([nats_url], 1), clients)
     yield e
     e.cleanup()
 

@@ -24,7 +24,7 @@ from jscore.models import PriorityPolicy, StorageType
 from jssync import Client, ConsumeContext, JsMsg
 from jssync.server import NatsCluster, NatsServer
 from tests.integration import EventLog, clients
-from tests.integration._jspull import PullEnv, unique, wait_until
+from tests.integration._jspull import PullEnv, Site, site_env, unique, wait_until
 from tests.support.proxy import FaultProxy
 
 __all__ = ["clients"]
@@ -118,9 +118,17 @@ class Worker:
         assert not self.log.of(P.ConsumeTerminated)
 
 
+@pytest.fixture(params=["single", "cluster"])
+def site(request: pytest.FixtureRequest, nats_url: str) -> Site:
+    if request.param == "cluster":
+        cluster: NatsCluster = request.getfixturevalue("nats_cluster")
+        return Site(cluster.urls, 3)
+    return Site([nats_url], 1)
+
+
 @pytest.fixture
-def env(nats_url: str, clients: Callable[..., Client]) -> Iterator[PullEnv]:
-    e = PullEnv(clients(nats_url), clients(nats_url))
+def env(site: Site, clients: Callable[..., Client]) -> Iterator[PullEnv]:
+    e = site_env(site, clients)
     yield e
     e.cleanup()
 
@@ -132,12 +140,12 @@ def _info(env: PullEnv, name: str) -> Any:
 # ============================================================================ overflow
 
 
-def test_overflow_by_min_pending(env: PullEnv, nats_url: str, clients: Callable[..., Client]) -> None:
+def test_overflow_by_min_pending(env: PullEnv, site: Site, clients: Callable[..., Client]) -> None:
     """TESTPLAN 50: with 100 pending, a pull with min_pending=110 gets nothing by its expiry;
     20 more make 120 and it is served, only while num_pending stays >= 110."""
     env.consumer("O", priority_groups=["A"], priority_policy=PriorityPolicy.OVERFLOW, max_ack_pending=1000)
     env.publish(100)
-    overflow = clients(nats_url).jetstream().consumer(env.name, "O")
+    overflow = clients(site.url(1)).jetstream().consumer(env.name, "O")
     t0 = time.monotonic()
     assert overflow.fetch(20, expires=1.0, group="A", min_pending=110).messages() == []
     assert 0.9 <= time.monotonic() - t0 <= 2.5
@@ -145,7 +153,7 @@ def test_overflow_by_min_pending(env: PullEnv, nats_url: str, clients: Callable[
 
     # The second client consumes continuously on its own connection and thread.
     deliveries = Deliveries()
-    w = Worker("overflow", clients(nats_url), env.name, "O", deliveries, group="A", min_pending=110, max_messages=5)
+    w = Worker("overflow", clients(site.url(1)), env.name, "O", deliveries, group="A", min_pending=110, max_messages=5)
     time.sleep(1.0)
     assert deliveries.count() == 0  # 100 < 110: nothing, however long it waits
     env.publish(20, start=100)
@@ -158,17 +166,17 @@ def test_overflow_by_min_pending(env: PullEnv, nats_url: str, clients: Callable[
     w.stop()
 
 
-def test_overflow_by_min_ack_pending(env: PullEnv, nats_url: str, clients: Callable[..., Client]) -> None:
+def test_overflow_by_min_ack_pending(env: PullEnv, site: Site, clients: Callable[..., Client]) -> None:
     """The overflow worker (min_ack_pending=5) gets work only once the main worker holds 5
     unacknowledged messages; either condition would do (ADR-42: boolean OR)."""
     env.consumer("O", priority_groups=["A"], priority_policy=PriorityPolicy.OVERFLOW)
     env.publish(30)
     deliveries = Deliveries()
-    main_js = clients(nats_url).jetstream().consumer(env.name, "O")
+    main_js = clients(site.url(0)).jetstream().consumer(env.name, "O")
     held = [m for m in main_js.fetch(3, expires=1.0, group="A")]  # not acked: ack_pending 3
     assert len(held) == 3 and _info(env, "O").num_ack_pending == 3
 
-    w = Worker("overflow", clients(nats_url), env.name, "O", deliveries, group="A", min_ack_pending=5, max_messages=5)
+    w = Worker("overflow", clients(site.url(1)), env.name, "O", deliveries, group="A", min_ack_pending=5, max_messages=5)
     time.sleep(1.5)
     assert deliveries.count() == 0  # ack_pending 3 < 5
     held += [m for m in main_js.fetch(2, expires=1.0, group="A")]  # ack_pending 5: served
@@ -218,13 +226,13 @@ class Feeder:
         return list(self.sent)
 
 
-def test_only_the_pinned_worker_receives(env: PullEnv, nats_url: str, clients: Callable[..., Client]) -> None:
+def test_only_the_pinned_worker_receives(env: PullEnv, site: Site, clients: Callable[..., Client]) -> None:
     """Two workers on a pinned group: one gets everything, every message with the same pin id;
     the info shows that pin; the standby's consume waits without error."""
     _pinned(env, timeout=30.0)
     deliveries = Deliveries()
-    a = Worker("A", clients(nats_url), env.name, "PIN", deliveries, group="jobs")
-    b = Worker("B", clients(nats_url), env.name, "PIN", deliveries, group="jobs")
+    a = Worker("A", clients(site.url(0)), env.name, "PIN", deliveries, group="jobs")
+    b = Worker("B", clients(site.url(1)), env.name, "PIN", deliveries, group="jobs")
     env.publish(50)
     deliveries.wait(lambda: deliveries.count() >= 50, 10.0, "50 deliveries")
     owners = deliveries.owners()
@@ -241,17 +249,17 @@ def test_only_the_pinned_worker_receives(env: PullEnv, nats_url: str, clients: C
     a.stop(), b.stop()
 
 
-def test_an_idle_pinned_consume_keeps_its_pin(env: PullEnv, nats_url: str, clients: Callable[..., Client]) -> None:
+def test_an_idle_pinned_consume_keeps_its_pin(env: PullEnv, site: Site, clients: Callable[..., Client]) -> None:
     """nats-server restarts the pin's timer only on a new pull with the pin id. An idle consume
     pulls again when its pull expires, so its expires must be shorter than priority_timeout:
     by default it is half of it, and a longer one is refused. Idle for 3 timeouts, the worker
     keeps its one pin; a standby worker gets nothing."""
     _pinned(env, timeout=2.0)
     deliveries = Deliveries()
-    a = Worker("A", clients(nats_url), env.name, "PIN", deliveries, group="jobs")
+    a = Worker("A", clients(site.url(0)), env.name, "PIN", deliveries, group="jobs")
     env.publish(3)
     deliveries.wait(lambda: deliveries.count("A") == 3, 5.0, "A pinned")
-    b = Worker("B", clients(nats_url), env.name, "PIN", deliveries, group="jobs")
+    b = Worker("B", clients(site.url(1)), env.name, "PIN", deliveries, group="jobs")
     time.sleep(6.0)  # idle: 3 x priority_timeout
     env.publish(3, start=3)
     deliveries.wait(lambda: deliveries.count() == 6, 5.0, "the next messages")
@@ -261,15 +269,15 @@ def test_an_idle_pinned_consume_keeps_its_pin(env: PullEnv, nats_url: str, clien
     a.stop(), b.stop()
 
 
-def test_pinned_failover_when_the_pinned_worker_stops(env: PullEnv, nats_url: str, clients: Callable[..., Client]) -> None:
+def test_pinned_failover_when_the_pinned_worker_stops(env: PullEnv, site: Site, clients: Callable[..., Client]) -> None:
     """The pinned worker stops pulling: after priority_timeout the server pins the standby,
     whose consume reports the new pin; nothing published is lost."""
     _pinned(env, timeout=2.0)
     deliveries = Deliveries()
     feeder = Feeder(env)
-    a = Worker("A", clients(nats_url), env.name, "PIN", deliveries, group="jobs")
+    a = Worker("A", clients(site.url(0)), env.name, "PIN", deliveries, group="jobs")
     deliveries.wait(lambda: deliveries.count("A") >= 5, 10.0, "A pinned")
-    b = Worker("B", clients(nats_url), env.name, "PIN", deliveries, group="jobs")
+    b = Worker("B", clients(site.url(1)), env.name, "PIN", deliveries, group="jobs")
     time.sleep(1.0)
     assert deliveries.count("B") == 0  # standby
     [pin_a] = a.pins()
@@ -327,7 +335,7 @@ def test_pinned_failover_when_the_pinned_link_is_cut(
 
 
 def test_unpin_moves_the_pin_and_the_old_holder_wins_it_back(
-    env: PullEnv, nats_url: str, clients: Callable[..., Client]
+    env: PullEnv, site: Site, clients: Callable[..., Client]
 ) -> None:
     """TESTPLAN 53: unpin x5 with two workers: after each unpin the next message goes to the
     other worker; the old holder's consume survives its 423 (PinIdCleared) and wins the pin back
@@ -335,9 +343,9 @@ def test_unpin_moves_the_pin_and_the_old_holder_wins_it_back(
     _pinned(env, timeout=60.0)  # no timeout switches during the test: only unpins move the pin
     deliveries = Deliveries()
     feeder = Feeder(env, interval=0.02)
-    a = Worker("A", clients(nats_url), env.name, "PIN", deliveries, group="jobs")
+    a = Worker("A", clients(site.url(0)), env.name, "PIN", deliveries, group="jobs")
     deliveries.wait(lambda: deliveries.count("A") >= 3, 10.0, "A pinned")
-    b = Worker("B", clients(nats_url), env.name, "PIN", deliveries, group="jobs")
+    b = Worker("B", clients(site.url(1)), env.name, "PIN", deliveries, group="jobs")
     time.sleep(0.5)
     for i in range(5):
         holder, other = (a, b) if i % 2 == 0 else (b, a)
@@ -359,12 +367,12 @@ def test_unpin_moves_the_pin_and_the_old_holder_wins_it_back(
 # ============================================================================ prioritized
 
 
-def test_prioritized_serves_the_lower_number_first(env: PullEnv, nats_url: str, clients: Callable[..., Client]) -> None:
+def test_prioritized_serves_the_lower_number_first(env: PullEnv, site: Site, clients: Callable[..., Client]) -> None:
     """Two waiting pulls: the one with priority 1 arrived first, the one with priority 0 is
     served first; the next message goes to the other."""
     env.consumer("PR", priority_groups=["jobs"], priority_policy=PriorityPolicy.PRIORITIZED)
-    low = clients(nats_url).jetstream().consumer(env.name, "PR")
-    high = clients(nats_url).jetstream().consumer(env.name, "PR")
+    low = clients(site.url(0)).jetstream().consumer(env.name, "PR")
+    high = clients(site.url(1)).jetstream().consumer(env.name, "PR")
     waiting = env.pulls("PR")
     r1 = low.fetch(1, expires=5.0, group="jobs", priority=1)
     wait_until(lambda: waiting.count == 1, 2.0, what="the priority-1 pull to be on its way")
