@@ -230,7 +230,7 @@ def _demo_priority(nc: Client, server: str, check: Callable[[str, bool], None]) 
     js.create_stream(name="JSSYNC_DEMO_JOBS", subjects=["demo.jobs"], storage="memory")
     js.create_consumer("JSSYNC_DEMO_JOBS", durable_name="workers", ack_policy="explicit",
                        priority_groups=["jobs"], priority_policy="pinned_client", priority_timeout=2.0)
-    lock = threading.Lock()
+    lock = threading.Condition()
     got: dict[str, list[bytes]] = {"worker-1": [], "worker-2": []}
     pins: dict[str, list[str]] = {"worker-1": [], "worker-2": []}
     first_of_2: list[float] = []
@@ -243,6 +243,7 @@ def _demo_priority(nc: Client, server: str, check: Callable[[str, bool], None]) 
                 got[name].append(msg.data)
                 if name == "worker-2" and not first_of_2:
                     first_of_2.append(time.monotonic())
+                lock.notify_all()
             msg.ack()
 
         def on_event(e: object) -> None:
@@ -259,9 +260,8 @@ def _demo_priority(nc: Client, server: str, check: Callable[[str, bool], None]) 
         for i in range(20):
             sent.append(b"job-%d" % i)
             js.publish("demo.jobs", sent[-1])
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and len(got["worker-1"]) < 20:
-            time.sleep(0.05)
+        with lock:
+            lock.wait_for(lambda: len(got["worker-1"]) >= 20, 5.0)
         w2, cc2 = worker("worker-2")
         try:
             for i in range(20, 30):
@@ -269,6 +269,7 @@ def _demo_priority(nc: Client, server: str, check: Callable[[str, bool], None]) 
                 js.publish("demo.jobs", sent[-1])
                 time.sleep(0.05)
             with lock:
+                lock.wait_for(lambda: len(got["worker-1"]) + len(got["worker-2"]) >= 30, 5.0)
                 n1, n2 = len(got["worker-1"]), len(got["worker-2"])
             _say(f"    worker-1 pinned (pin {pins['worker-1'][:1]}): {n1} jobs; worker-2 on standby: {n2} jobs")
             check("only the pinned worker receives", n1 == 30 and n2 == 0)
@@ -279,10 +280,8 @@ def _demo_priority(nc: Client, server: str, check: Callable[[str, bool], None]) 
                 sent.append(b"job-%d" % i)
                 js.publish("demo.jobs", sent[-1])
                 time.sleep(0.05)
-            deadline = time.monotonic() + 5.0
-            while time.monotonic() < deadline and len(got["worker-1"]) + len(got["worker-2"]) < len(sent):
-                time.sleep(0.05)
             with lock:
+                lock.wait_for(lambda: len(got["worker-1"]) + len(got["worker-2"]) >= len(sent), 5.0)
                 after = first_of_2[0] - stopped if first_of_2 else None
                 n1, n2 = len(got["worker-1"]), len(got["worker-2"])
                 everything = sorted(got["worker-1"] + got["worker-2"]) == sorted(sent)
