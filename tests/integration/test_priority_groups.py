@@ -194,7 +194,9 @@ def test_overflow_by_min_ack_pending(env: PullEnv, site: Site, clients: Callable
 
 
 def _pinned(env: PullEnv, name: str = "PIN", timeout: float = 2.0) -> None:
-    env.consumer(name, priority_groups=["jobs"], priority_policy=PriorityPolicy.PINNED_CLIENT, priority_timeout=timeout)
+    # ack_wait 2 s: what a stopped or cut-off worker had received but not acked comes back soon
+    env.consumer(name, priority_groups=["jobs"], priority_policy=PriorityPolicy.PINNED_CLIENT, priority_timeout=timeout,
+                 ack_wait=2.0)
 
 
 class Feeder:
