@@ -39,9 +39,13 @@ from .errors import (
 from .headers import HeadersInput, encode_headers
 from .protocol import (
     DEFAULT_MAX_PAYLOAD,
+    HPUB_FMT,
+    HPUB_REPLY_FMT,
     MAX_MAX_PAYLOAD,
     PING,
     PONG,
+    PUB_FMT,
+    PUB_REPLY_FMT,
     ErrReceived,
     InfoReceived,
     MsgReceived,
@@ -49,7 +53,6 @@ from .protocol import (
     Parser,
     PingReceived,
     PongReceived,
-    _pub_cache,
     check_publish_subject,
     check_queue_group,
     check_subscribe_subject,
@@ -57,6 +60,7 @@ from .protocol import (
     encode_connect,
     encode_sub,
     encode_unsub,
+    validated_subject,
 )
 
 if TYPE_CHECKING:
@@ -461,11 +465,11 @@ class Connection:
         """Queue a publish. Validates everything and raises before a byte is queued."""
         # Fast path: connected, a subject validated before, bytes payload, no reply/headers.
         if reply is None and headers is None and self.state is _CONNECTED and payload.__class__ is bytes:
-            subj = _pub_cache.get(subject)
+            subj = validated_subject(subject)
             if subj is not None:
                 n = len(payload)
                 if n <= self.max_payload:
-                    frame = b"PUB %s %d\r\n%s\r\n" % (subj, n, payload)
+                    frame = PUB_FMT % (subj, n, payload)
                     self._out.append(frame)
                     self.out_bytes += len(frame)
                     self.msgs_out += 1
@@ -535,18 +539,17 @@ class Connection:
             size = len(hdr) + len(payload)
             if size > self.max_payload:
                 raise MaxPayloadError(f"headers + payload = {size} bytes > max_payload {self.max_payload}")
-            hl = len(hdr)
             if rep:
-                frame = b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subj, rep, hl, size, hdr, payload)
+                frame = HPUB_REPLY_FMT % (subj, rep, len(hdr), size, hdr, payload)
             else:
-                frame = b"HPUB %s %d %d\r\n%s%s\r\n" % (subj, hl, size, hdr, payload)
+                frame = HPUB_FMT % (subj, len(hdr), size, hdr, payload)
         else:
             if len(payload) > self.max_payload:
                 raise MaxPayloadError(f"payload of {len(payload)} bytes > max_payload {self.max_payload}")
             if rep:
-                frame = b"PUB %s %s %d\r\n%s\r\n" % (subj, rep, len(payload), payload)
+                frame = PUB_REPLY_FMT % (subj, rep, len(payload), payload)
             else:
-                frame = b"PUB %s %d\r\n%s\r\n" % (subj, len(payload), payload)
+                frame = PUB_FMT % (subj, len(payload), payload)
         if self.state is State.CONNECTED:
             self._out.append(frame)
             self.out_bytes += len(frame)

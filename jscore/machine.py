@@ -35,6 +35,7 @@ __all__ = [
     "ConnectionLost",
     "ConnectionRestored",
     "MachineFailed",
+    "SendRequested",
     "Stop",
     "SubMachine",
 ]
@@ -93,3 +94,20 @@ class MachineFailed(msgspec.Struct, frozen=True, kw_only=True):
 
     error: BaseException
     reason: str
+
+
+class SendRequested(msgspec.Struct, frozen=True, kw_only=True):
+    """A frame the machine asks the session to publish: ``body`` to ``subject``.
+
+    With ``reply_token`` the reply subject is the machine's inbox prefix followed by the token:
+    the machine was attached with a wildcard inbox (``<inbox>.*``), so every reply comes back
+    to it and the last token tells which request it answers (a machine with several requests
+    in flight, or a new pull per server consumer). ``best_effort``: a publish that cannot be
+    queued is dropped instead of ending the machine (a clean-up such as deleting a throw-away
+    consumer).
+    """
+
+    subject: str
+    body: bytes = b""
+    reply_token: str | None = None
+    best_effort: bool = False

@@ -12,10 +12,21 @@ What breaks the chain (:class:`ResetReason`): a consumer-sequence gap (a lost or
 delivery), missed heartbeats, ``409 Consumer Deleted``, a 503 no-responders answer to a pull,
 a reconnect, and a fetch abandoned by the client before the server ended it.
 
-This module decides; the transport acts. :class:`OrderedConsumerState` says which configuration to
-create, whether a delivery is accepted, stale (from an older serial: drop it silently) or a gap
-(reset), and when the next creation attempt is due. Time is passed in (``now``, monotonic
-seconds); there are no timers of its own beyond :meth:`~OrderedConsumerState.next_deadline`.
+This module decides; the transport carries bytes. Two layers:
+
+* :class:`OrderedConsumerState` is the ordered consumer's memory across operations: which
+  configuration to create, whether a delivery is accepted, stale (from an older serial: drop
+  it silently) or a gap (reset), and when the next creation attempt is due (backoff).
+* :class:`OrderedMachine` is one operation of it (a fetch, or a consume read by ``messages()``
+  / ``consume()``) as a session sub-machine (:mod:`jscore.machine`): it sends its own
+  consumer-create requests and reads their replies on its wildcard inbox, runs a
+  :class:`~jscore.pull.FetchMachine` or :class:`~jscore.pull.ConsumeMachine` for the current
+  server consumer, checks every delivery against the cursor, resets (:func:`reset_reason_for`
+  maps an inner pull's end to a :class:`ResetReason`), waits out the backoff on its own timer,
+  keeps a fetch's deadline, and emits the accepted messages, the resets and its end.
+
+Time is passed in (``now``, monotonic seconds). The transport only attaches the machine, feeds
+it the user's takes (``MessagesTaken``), ``Stop`` and ``Drain``, and waits on a queue.
 
 Decisions beyond the reference client (written down in its docstrings and in docs/):
 
@@ -32,8 +43,15 @@ Decisions beyond the reference client (written down in its docstrings and in doc
   with :class:`~jscore.errors.StreamNotFoundError`: no reset storm against a deleted stream.
 * A fetch reuses the current server consumer while the cursor is contiguous (nats.go creates a
   new consumer for every fetch): :attr:`~OrderedConsumerState.needs_new_consumer` is False while
-  the consumer is active, and :meth:`~OrderedConsumerState.fetch_ended` resets only when a fetch
-  was abandoned by the client (messages might still be on their way to the dead inbox).
+  the consumer is active, and a fetch resets only when it was abandoned by the client (messages
+  might still be on their way to the dead inbox), which the machine knows from the typed
+  :attr:`~jscore.pull.FetchFinished.end`.
+* A fetch that got nothing when a reset happened goes on within its own deadline (a new pull
+  on the new consumer with the time left), and ends by that deadline whatever the backoff.
+* A 503 to a pull resets at once (the consume's own retry-after-K-503s is switched off); the
+  flap rule paces a consumer that keeps dying.
+* Stopping an operation drops its server consumer (pulls were outstanding) without counting
+  a reset; the next operation continues from the cursor.
 """
 
 from __future__ import annotations
@@ -42,25 +60,54 @@ import builtins
 import enum
 from datetime import datetime
 from collections.abc import Sequence
-from typing import Final, Protocol
+from typing import Any, Final, Protocol, Union
 
 import msgspec
 
 from .errors import (
+    ConnectionClosedError,
     ConnectionLostError,
+    ConsumerDeletedError,
     ConsumerNotFoundError,
     InsufficientResourcesError,
     InvalidOptionError,
+    JetStreamError,
     JetStreamNotEnabledError,
     JetStreamUnavailableError,
     LocalProtocolError,
     MaximumConsumersLimitError,
+    NatsError,
+    NoHeartbeatError,
     NoRespondersError,
+    NotJetStreamMessageError,
     OrderedConsumerResetError,
     StreamNotFoundError,
+    TimeoutError,
 )
-from .jsmsg import MsgMetadata
-from .models import AckPolicy, ConsumerConfig, DeliverPolicy
+from .jsapi import ACTION_CREATE, DEFAULT_API_PREFIX, ApiSubjects, consumer_create_request
+from .jsmsg import MsgMetadata, parse_ack_subject
+from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, SendRequested, Stop
+from .models import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy, decode_response
+from .protocol import MsgReceived
+from .pull import (
+    MIN_HEARTBEAT,
+    ConsumeMachine,
+    ConsumeOptions,
+    ConsumerReconnected,
+    ConsumeTerminated,
+    Drain,
+    FetchFinished,
+    FetchMachine,
+    FetchOptions,
+    FlowControlReplyRequested,
+    HeartbeatMissed,
+    MessageDelivered,
+    MessagesTaken,
+    PullRequested,
+    StatusWarning,
+    fetch_grace,
+    pull_subject,
+)
 
 
 class ChoiceSource(Protocol):
@@ -77,7 +124,14 @@ __all__ = [
     "new_name_prefix",
     "serial_from_name",
     "is_transient_create_error",
+    "reset_reason_for",
     "backoff_delay",
+    "OrderedMachine",
+    "OrderedEnd",
+    "OrderedMessageDelivered",
+    "OrderedConsumerReset",
+    "OrderedFinished",
+    "OrderedEvent",
     "INACTIVE_THRESHOLD",
     "BACKOFF_INITIAL",
     "BACKOFF_MAX",
@@ -284,22 +338,42 @@ def is_transient_create_error(exc: BaseException) -> bool:
     return isinstance(exc, TRANSIENT_CREATE_ERRORS)
 
 
+def reset_reason_for(error: BaseException) -> ResetReason | None:
+    """The reset an inner pull's error calls for, or None: the error is not the chain's
+    (a fetch's own refusal, a bad request), and the operation ends with it.
+
+    Missed heartbeats (:class:`NoHeartbeatError`), a 503 to a pull or any no-responders
+    answer, a deleted or vanished consumer (``409 Consumer Deleted``, consumer not found) and
+    a lost connection all break the chain: messages may have been lost, or the consumer is gone.
+    """
+    if isinstance(error, NoHeartbeatError):
+        return ResetReason.HEARTBEAT_MISSED
+    if isinstance(error, NoRespondersError):  # (PullNoRespondersError too: test it first)
+        return ResetReason.NO_RESPONDERS
+    if isinstance(error, (ConsumerDeletedError, ConsumerNotFoundError)):
+        return ResetReason.CONSUMER_DELETED
+    if isinstance(error, ConnectionLostError):
+        return ResetReason.RECONNECT
+    return None
+
+
 # ====================================================================== the machine
 
 
 class OrderedConsumerState:
     """Cursor, serial and reset schedule of one ordered consumer (pure; see the module doc).
 
-    The transport's loop, in short::
+    :class:`OrderedMachine` drives it, in short::
 
         if st.recreate_due(now):
             cfg = st.start_create(now)              # send CONSUMER.CREATE with cfg
         ... on the reply:   st.created(now, cfg.name, info.delivered.stream_seq)
                       or    st.create_failed(now, exc, cfg.name)
-        ... on a delivery:  verdict = st.on_delivery(msg.metadata)
+        ... on a delivery:  verdict = st.on_delivery(metadata)
                             GAP -> st.reset(now, ResetReason.GAP)  (returns the old name)
         ... on trouble:     st.reset(now, ResetReason.HEARTBEAT_MISSED / ...)
-        ... sleep until     st.next_deadline()
+        ... at the end:     st.release(now)  if pulls were still outstanding
+        ... its timer:      st.next_deadline()  (the end of a backoff)
 
     Attributes to read: ``state``, ``serial``, ``name``, ``stream_seq`` (last delivered stream
     sequence, 0 before the first), ``consumer_seq`` (last delivered consumer sequence of the
@@ -546,6 +620,29 @@ class OrderedConsumerState:
             return None
         return self.reset(now, ResetReason.FETCH_INTERRUPTED)
 
+    def release(self, now: float) -> str | None:
+        """An operation ended while its server consumer may still be delivering (a stopped or
+        drained consume, a fetch given up): drop that consumer without counting a reset.
+
+        From ACTIVE: the serial goes up and the next creation (at the cursor) is due at once;
+        returns the dropped name, for a best-effort delete. From CREATING: the request is
+        abandoned and the same name is created again next time (an identical create succeeds
+        if the lost request did create it). Otherwise nothing changes; None.
+        """
+        state = self.state
+        if state is OrderedState.ACTIVE:
+            dropped = self.name
+            self.serial += 1
+            self.name = f"{self.prefix}_{self.serial}"
+            self.consumer_seq = 0
+            self.state = OrderedState.BACKOFF
+            self._due = now
+            return dropped
+        if state is OrderedState.CREATING:
+            self.state = OrderedState.BACKOFF
+            self._due = now
+        return None
+
     # ------------------------------------------------------------------ the end
 
     def fail(self, error: BaseException) -> None:
@@ -579,3 +676,586 @@ class OrderedConsumerState:
             return
         self.state = OrderedState.BACKOFF
         self._due = now + backoff_delay(self._strikes)
+
+
+# ====================================================================== one operation on a session
+
+
+class OrderedEnd(str, enum.Enum):
+    """How an ordered operation ended (:attr:`OrderedFinished.end`)."""
+
+    DONE = "done"
+    """A fetch is over: its pull ended (messages, or none by its expiry)."""
+    NOT_READY = "not_ready"
+    """A fetch reached its deadline without having pulled at all: no server consumer could be
+    made ready in its time (backing off, a create in flight, no connection)."""
+    STOPPED = "stopped"
+    DRAINED = "drained"
+    ERROR = "error"
+    """The operation ended with ``error`` (a fetch's own refusal, the connection closed); the
+    ordered consumer itself can go on."""
+    FAILED = "failed"
+    """The ordered consumer is over (``error``: the stream is gone, attempts ran out ...)."""
+    CLOSED = "closed"
+    """The ordered consumer had been closed before the operation started."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class OrderedMessageDelivered(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A message in order, for the application, with the metadata it was checked by."""
+
+    msg: MsgReceived
+    metadata: MsgMetadata
+
+
+class OrderedConsumerReset(msgspec.Struct, frozen=True, kw_only=True):
+    """A notification: the server consumer was dropped for ``reason``; the next one is
+    ``serial`` and starts after stream sequence ``stream_seq``. ``error`` is what caused it,
+    when there is one."""
+
+    reason: ResetReason
+    serial: int
+    stream_seq: int
+    error: Exception | None = None
+
+
+class OrderedFinished(msgspec.Struct, frozen=True, kw_only=True):
+    """The operation is over (nothing follows): see :class:`OrderedEnd`. ``delivered``
+    messages were handed over."""
+
+    end: OrderedEnd
+    error: Exception | None
+    delivered: int
+
+
+OrderedEvent = Union[
+    OrderedMessageDelivered,
+    OrderedConsumerReset,
+    OrderedFinished,
+    SendRequested,
+    FlowControlReplyRequested,
+    HeartbeatMissed,
+    StatusWarning,
+    ConsumerReconnected,
+]
+
+_ACK_PREFIX: Final = "$JS.ACK."
+_MIN_REPULL: Final = 0.05
+"""A fetch re-pulls after a reset only while at least this much of its time is left."""
+_PULL: Final = "p"
+_CREATE: Final = "c"
+_DELETE_TOKEN: Final = "d"
+
+
+class OrderedMachine:
+    """One fetch or one consume of an ordered consumer, as a session sub-machine.
+
+    ``options`` is a :class:`~jscore.pull.FetchOptions` (one fetch: it ends with
+    :class:`OrderedFinished`) or a :class:`~jscore.pull.ConsumeOptions` (a consume: it runs
+    until ``Stop``, ``Drain`` or a terminal error). ``state`` is the ordered consumer's
+    :class:`OrderedConsumerState`, changed only by this machine while it runs.
+
+    Attach it with a wildcard inbox. Replies and statuses are told apart by the last token of
+    the inbox subject: ``c<n>`` the n-th consumer-create request, ``p<n>`` the pulls of the
+    n-th inner pull machine, ``d`` deletes (ignored); anything older is dropped. Deliveries
+    carry the stream's subject instead: they belong to the consumer named in their ack
+    subject, and only the active consumer's reach the inner machine. What it does:
+
+    * creates the server consumer when none is active (:class:`SendRequested` to
+      ``CONSUMER.CREATE``), times the request out after ``request_timeout``, and backs off on
+      failures (:meth:`OrderedConsumerState.create_failed`); while backing off its deadline is
+      the next attempt. Nothing is created while the connection is down.
+    * runs one inner pull machine on the active consumer; its pulls leave as
+      :class:`SendRequested` to that consumer's ``MSG.NEXT`` subject.
+    * checks each delivery: in order it goes out as :class:`OrderedMessageDelivered`; stale
+      ones are dropped; a gap resets. A reset (gap, heartbeats missed, consumer deleted, no
+      responders, reconnect, a fetch the client gave up) drops the inner machine, deletes the
+      old consumer (best effort), tells :class:`OrderedConsumerReset` and goes on with the next
+      serial. A fetch that has delivered nothing goes on within its deadline (a re-pull with
+      the time left); one that has delivered something ends with it.
+    * a fetch ends by ``deadline`` (its client timeout after the start) at the latest;
+      :attr:`OrderedEnd.NOT_READY` when no consumer could be made ready by then.
+    * ``MessagesTaken`` (consume) reports what the application took from its queue; the
+      count carries over to the next inner machine after a reset, so the local buffer stays
+      bounded by max_messages / max_bytes across resets.
+    """
+
+    def __init__(
+        self,
+        state: OrderedConsumerState,
+        options: FetchOptions | ConsumeOptions,
+        now: float,
+        *,
+        api_prefix: str = DEFAULT_API_PREFIX,
+        request_timeout: float = 5.0,
+        connected: bool = True,
+    ) -> None:
+        if isinstance(request_timeout, bool) or not isinstance(request_timeout, (int, float)) or request_timeout <= 0:
+            raise InvalidOptionError(f"request_timeout must be > 0 seconds, got {request_timeout!r}")
+        self.state = state
+        self.connected = connected
+        self.delivered = 0
+        self.stale = 0
+        self.end: OrderedEnd | None = None
+        self.error: Exception | None = None
+        self._api_prefix = api_prefix
+        self._subjects = ApiSubjects(api_prefix)
+        self._request_timeout = float(request_timeout)
+        self._events: list[Any] = []
+        self._broken: BaseException | None = None
+        self._started = now
+        self._fetch: FetchOptions | None = None
+        self._consume: ConsumeOptions | None = None
+        self.deadline: float | None = None
+        if isinstance(options, FetchOptions):
+            self._fetch = options
+            self.deadline = now + options.client_timeout
+        elif isinstance(options, ConsumeOptions):
+            # An ordered consumer has no priority group, and a 503 to a pull breaks the chain
+            # at once (the reset's backoff paces the retries, not the consume's).
+            self._consume = msgspec.structs.replace(
+                options, group=None, pin_id=None, no_responders_limit=1, no_responders_check=False
+            )
+        else:
+            raise InvalidOptionError(f"options must be FetchOptions or ConsumeOptions, got {type(options).__name__}")
+        self._inner: FetchMachine | ConsumeMachine | None = None
+        self._inner_token = ""
+        self._inner_subject = ""
+        self._runs = 0
+        self._create_token: str | None = None
+        self._create_name = ""
+        self._create_due: float | None = None
+        self._creates = 0
+        self._buffered_messages = 0
+        self._buffered_bytes = 0
+        self._last: tuple[MsgReceived | None, MsgMetadata | None] = (None, None)
+        self._finished = False
+        if state.state is OrderedState.CREATING:
+            state.release(now)  # a create left in flight by an operation that ended abnormally
+        self._guard(self._advance, now)
+
+    def __repr__(self) -> str:
+        kind = "fetch" if self._fetch is not None else "consume"
+        return f"<OrderedMachine {kind} {self.state!r} delivered={self.delivered} end={self.end}>"
+
+    # ------------------------------------------------------------------ the sub-machine protocol
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def next_deadline(self) -> float | None:
+        """The inner machine's timers, the create request's timeout, the fetch's deadline and
+        (connected, nothing in flight) the end of the backoff. Pure."""
+        if self._finished:
+            return None
+        best = self.deadline
+        inner = self._inner
+        if inner is not None:
+            due = inner.next_deadline()
+            if due is not None and (best is None or due < best):
+                best = due
+        due = self._create_due
+        if due is not None and (best is None or due < best):
+            best = due
+        if self.connected and self._create_token is None and inner is None:
+            due = self.state.next_deadline()
+            if due is not None and (best is None or due < best):
+                best = due
+        return best
+
+    def drain_events(self) -> list[Any]:
+        self._check()
+        events = self._events
+        self._events = []
+        return events
+
+    def receive_msg(self, msg: MsgReceived, now: float) -> None:
+        """A message of the wildcard inbox. A delivery (its subject is the stream's; its
+        reply the ack subject) belongs to the consumer its ack subject names; anything else
+        (statuses, create replies) is routed by the last token of the inbox subject."""
+        if self._broken is not None:
+            self._check()
+        if self._finished:
+            self.stale += 1
+            return
+        try:
+            reply = msg.reply
+            if msg.status is None and reply is not None and reply.startswith(_ACK_PREFIX):
+                self._on_user_msg(msg, reply, now)
+                return
+            subject = msg.subject
+            token = subject[subject.rfind(".") + 1 :]
+            if token == self._inner_token and self._inner is not None:
+                self._inner.receive_msg(msg, now)
+                self._pump_inner(now)
+            elif token == self._create_token:
+                self._on_create_reply(msg, now)
+            else:
+                self.stale += 1  # an older pull's or create's, or a delete's reply
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
+    def _on_user_msg(self, msg: MsgReceived, reply: str, now: float) -> None:
+        try:
+            meta: MsgMetadata | None = parse_ack_subject(reply)
+        except NotJetStreamMessageError:
+            meta = None  # (the inner machine delivers it; the check calls it a gap)
+        inner = self._inner
+        if inner is None or (meta is not None and meta.consumer != self.state.name):
+            self.stale += 1  # an older serial's, or nothing is pulling: never shown, never counted
+            return
+        self._last = (msg, meta)
+        inner.receive_msg(msg, now)
+        self._pump_inner(now)
+
+    def handle_timeout(self, now: float) -> None:
+        self._check()
+        self._guard(self._on_timeout, now)
+
+    def handle(self, command: Any, now: float) -> None:
+        self._check()
+        try:
+            self._on_command(command, now)
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
+    # ------------------------------------------------------------------ commands and timers
+
+    def _on_command(self, command: Any, now: float) -> None:
+        match command:
+            case MessagesTaken(count=count, size=size):
+                if count < 0 or size < 0:
+                    raise LocalProtocolError(f"MessagesTaken with a negative count or size: {command!r}")
+                self._buffered_messages = max(0, self._buffered_messages - count)
+                self._buffered_bytes = max(0, self._buffered_bytes - size)
+                inner = self._inner
+                if inner is not None and not self._finished:
+                    inner.handle(command, now)
+                    self._pump_inner(now)
+            case Stop():
+                self._finish(OrderedEnd.STOPPED, None, now)
+            case Drain():
+                # Nothing more is pulled; what the transport's queue holds still comes first.
+                self._finish(OrderedEnd.DRAINED if self._consume is not None else OrderedEnd.STOPPED, None, now)
+            case ConnectionLost(error=error):
+                self.connected = False
+                if not self._finished:
+                    cause = ConnectionLostError("the connection was lost")
+                    cause.__cause__ = error
+                    self._reset(ResetReason.RECONNECT, now, cause)
+            case ConnectionRestored(url=url):
+                self.connected = True
+                if not self._finished:
+                    self._events.append(ConsumerReconnected(url))
+                    # From a backoff this makes the creation due at once; an active consumer
+                    # (one this machine did not see lose the connection) is not trusted.
+                    self._reset(ResetReason.RECONNECT, now, None)
+            case ConnectionClosed(error=error):
+                self.connected = False
+                err = error if error is not None else ConnectionClosedError("the connection was closed")
+                self._finish(OrderedEnd.ERROR, err, now)
+            case _:
+                raise LocalProtocolError(f"unknown command for an ordered consumer {command!r}")
+
+    def _on_timeout(self, now: float) -> None:
+        if self._finished:
+            return
+        inner = self._inner
+        if inner is not None:
+            due = inner.next_deadline()
+            if due is not None and due <= now:
+                inner.handle_timeout(now)
+                self._pump_inner(now)
+                if self._finished:
+                    return
+        if self._create_due is not None and now >= self._create_due:
+            name = self._create_name
+            self._create_token = None
+            self._create_due = None
+            err = TimeoutError(
+                f"no answer to the creation of ordered consumer {name!r} within {self._request_timeout:g} s"
+            )
+            self._create_failed(err, name, now)
+            return
+        self._advance(now)
+
+    # ------------------------------------------------------------------ driving
+
+    def _advance(self, now: float) -> None:
+        """Take the next step: end a fetch that is done or out of time, start the inner pull
+        machine on an active consumer, or send the create that is due."""
+        if self._finished:
+            return
+        st = self.state
+        fetch = self._fetch
+        if fetch is not None:
+            if self.delivered:
+                self._finish(OrderedEnd.DONE, None, now)  # a fetch returns what it got at its first end
+                return
+            assert self.deadline is not None
+            if now >= self.deadline:
+                self._finish_at_deadline(now)
+                return
+        if st.state is OrderedState.FAILED:
+            self._finish(OrderedEnd.FAILED, _as_exception(st.error), now)
+            return
+        if st.state is OrderedState.CLOSED:
+            self._finish(OrderedEnd.CLOSED, None, now)
+            return
+        if not self.connected or self._inner is not None:
+            return
+        if st.state is OrderedState.ACTIVE:
+            self._start_inner(now)
+        elif self._create_token is None and st.recreate_due(now):
+            self._send_create(now)
+
+    def _finish_at_deadline(self, now: float) -> None:
+        if self._inner is not None:
+            # (the inner fetch's own timer normally ends it first) given up: messages may still come
+            self._reset(ResetReason.FETCH_INTERRUPTED, now, None, advance=False)
+        # NOT_READY: no pull could be made in the fetch's whole time (else it simply found nothing)
+        ready = self._runs > 0 or self.state.state is OrderedState.ACTIVE
+        self._finish(OrderedEnd.DONE if ready else OrderedEnd.NOT_READY, None, now)
+
+    def _start_inner(self, now: float) -> None:
+        st = self.state
+        inner: FetchMachine | ConsumeMachine
+        if self._fetch is not None:
+            opts = self._fetch_options(now)
+            if opts is None:  # too little time left for another pull
+                self._finish(OrderedEnd.DONE, None, now)
+                return
+            inner = FetchMachine(opts, now)
+        else:
+            assert self._consume is not None
+            inner = ConsumeMachine(
+                self._consume, now, buffered_messages=self._buffered_messages, buffered_bytes=self._buffered_bytes
+            )
+        self._runs += 1
+        self._inner = inner
+        self._inner_token = f"{_PULL}{self._runs}"
+        self._inner_subject = pull_subject(self._api_prefix, st.stream, st.name)
+        self._pump_inner(now)
+
+    def _fetch_options(self, now: float) -> FetchOptions | None:
+        """The options of the next inner pull: the user's, unchanged, when it starts at once;
+        else fitted into the time left (expires plus its grace within the deadline, the
+        heartbeat at most half of it or none)."""
+        opts = self._fetch
+        assert opts is not None and self.deadline is not None
+        if now <= self._started:
+            return opts
+        left = self.deadline - now
+        if opts.expires == 0:  # no_wait without expires: the server answers at once
+            return msgspec.structs.replace(opts, client_timeout=min(opts.client_timeout, left)) if left > 0 else None
+        expires = left - fetch_grace(left)
+        if expires < _MIN_REPULL:
+            return None
+        heartbeat = min(opts.heartbeat, expires / 2)
+        if heartbeat < MIN_HEARTBEAT:
+            heartbeat = 0.0
+        return msgspec.structs.replace(
+            opts, expires=expires, heartbeat=heartbeat, client_timeout=min(left, expires + fetch_grace(expires))
+        )
+
+    def _pump_inner(self, now: float) -> None:
+        """Act on everything the inner pull machine queued."""
+        inner = self._inner
+        if inner is not None:
+            for e in inner.drain_events():
+                if inner is not self._inner:
+                    return  # a reset or the end dropped it: the rest of its events are moot
+                if type(e) is MessageDelivered:
+                    self._on_delivery(e.msg, now)
+                elif type(e) is PullRequested:
+                    self._events.append(
+                        SendRequested(subject=self._inner_subject, body=e.body, reply_token=self._inner_token)
+                    )
+                elif type(e) is FlowControlReplyRequested or type(e) is StatusWarning:
+                    self._events.append(e)
+                elif type(e) is HeartbeatMissed:
+                    self._events.append(e)
+                    self._reset(ResetReason.HEARTBEAT_MISSED, now, e.error)
+                elif type(e) is FetchFinished:
+                    self._fetch_ended(e, now)
+                elif type(e) is ConsumeTerminated:
+                    self._consume_ended(e, now)
+                # (pin ids and consumer checks do not apply: no priority group, no check)
+
+    def _on_delivery(self, msg: MsgReceived, now: float) -> None:
+        st = self.state
+        last_msg, meta = self._last
+        if last_msg is msg and meta is not None:
+            # (_on_user_msg checked that it is the active consumer's: only the order is left)
+            seq = meta.sequence
+            verdict = Delivery.ACCEPT if st.on_message(seq.stream, seq.consumer) else Delivery.GAP
+        else:
+            # Not a JetStream delivery (no ack subject, or a malformed one) on the pull's inbox:
+            # it cannot be placed in the stream, so it is a gap.
+            meta = None
+            verdict = Delivery.GAP
+        if verdict is Delivery.ACCEPT:
+            assert meta is not None
+            self.delivered += 1
+            if self._consume is not None:
+                self._buffered_messages += 1
+                self._buffered_bytes += msg.size
+            self._events.append(OrderedMessageDelivered(msg=msg, metadata=meta))
+        else:
+            self._reset(ResetReason.GAP, now, None)
+
+    def _fetch_ended(self, e: FetchFinished, now: float) -> None:
+        self._inner = None
+        error = e.error
+        if error is not None:
+            reason = reset_reason_for(error)
+            if reason is not None:
+                self._reset(reason, now, error)
+                return
+            # The fetch's own refusal (a message larger than max_bytes ...): the consumer is fine.
+            if self.delivered:
+                self._finish(OrderedEnd.DONE, None, now)
+            else:
+                self._finish(OrderedEnd.ERROR, error, now)
+            return
+        if not e.server_ended:
+            # The client gave up on the pull: messages may still be on their way to it, and the
+            # server consumer's position is past them.
+            self._reset(ResetReason.FETCH_INTERRUPTED, now, None)
+            return
+        self._finish(OrderedEnd.DONE, None, now)
+
+    def _consume_ended(self, e: ConsumeTerminated, now: float) -> None:
+        self._inner = None
+        error = e.error
+        reason = reset_reason_for(error) if error is not None else ResetReason.FETCH_INTERRUPTED
+        if reason is not None:
+            self._reset(reason, now, error)
+            return
+        assert error is not None
+        dropped = self.state.release(now)  # (a terminal status: the consumer may still exist)
+        if dropped is not None:
+            self._delete(dropped)
+        self.state.fail(error)
+        self._finish(OrderedEnd.FAILED, error, now)
+
+    def _reset(self, reason: ResetReason, now: float, error: Exception | None, *, advance: bool = True) -> None:
+        st = self.state
+        before = st.resets
+        self._inner = None
+        dropped = st.reset(now, reason)
+        if st.state is not OrderedState.CREATING:
+            self._create_token = None  # (its reply, if any, is stale now)
+            self._create_due = None
+        if st.resets != before:
+            self._events.append(
+                OrderedConsumerReset(reason=reason, serial=st.serial, stream_seq=st.stream_seq, error=error)
+            )
+        if dropped is not None:
+            self._delete(dropped)
+        if advance:
+            self._advance(now)
+
+    # ------------------------------------------------------------------ consumer creation
+
+    def _send_create(self, now: float) -> None:
+        st = self.state
+        cfg = st.start_create(now)
+        name = cfg.name or st.name
+        try:
+            subject, body, _ = consumer_create_request(self._subjects, st.stream, cfg, ACTION_CREATE)
+        except NatsError as exc:  # an invalid configuration: not worth retrying
+            self._create_failed(exc, name, now)
+            return
+        self._creates += 1
+        self._create_token = f"{_CREATE}{self._creates}"
+        self._create_name = name
+        self._create_due = now + self._request_timeout
+        self._events.append(SendRequested(subject=subject, body=body, reply_token=self._create_token))
+
+    def _on_create_reply(self, msg: MsgReceived, now: float) -> None:
+        name = self._create_name
+        self._create_token = None
+        self._create_due = None
+        error: NatsError | None = None
+        info: ConsumerInfo | None = None
+        if msg.status == 503:
+            error = JetStreamNotEnabledError(
+                503, 0, f"JetStream not available: no responders to the consumer create on {self.state.stream!r}"
+            )
+        elif msg.status is not None:
+            status = f"{msg.status} {msg.description or ''}".rstrip()
+            error = JetStreamError(f"the consumer create was answered with status {status}")
+        else:
+            try:
+                info = decode_response(msg.data, ConsumerInfo)
+            except NatsError as exc:
+                error = exc
+            except (msgspec.MsgspecError, ValueError) as exc:
+                error = JetStreamError(f"invalid consumer create response: {exc}")
+        if error is not None:
+            self._create_failed(error, name, now)
+            return
+        assert info is not None
+        if self.state.created(now, name, info.delivered.stream_seq):
+            self._advance(now)
+        else:  # (not reached: a stale reply has another token) created for nothing
+            self._delete(info.name or name)
+
+    def _create_failed(self, error: NatsError, name: str, now: float) -> None:
+        self.state.create_failed(now, error, name)
+        self._advance(now)  # a FAILED state ends the operation; a backoff waits for its timer
+
+    def _delete(self, name: str) -> None:
+        self._events.append(
+            SendRequested(
+                subject=self._subjects.consumer_delete(self.state.stream, name),
+                reply_token=_DELETE_TOKEN,
+                best_effort=True,
+            )
+        )
+
+    # ------------------------------------------------------------------ the end
+
+    def _finish(self, end: OrderedEnd, error: Exception | None, now: float) -> None:
+        if self._finished:
+            return
+        st = self.state
+        running = self._inner is not None
+        self._inner = None
+        if st.state is OrderedState.CREATING:
+            st.release(now)
+        elif running and st.state is OrderedState.ACTIVE:
+            dropped = st.release(now)  # pulls were outstanding: its position is past what we saw
+            if dropped is not None:
+                self._delete(dropped)
+        self._create_token = None
+        self._create_due = None
+        self._finished = True
+        self.end = end
+        self.error = error
+        self._events.append(OrderedFinished(end=end, error=error, delivered=self.delivered))
+
+    # ------------------------------------------------------------------ poisoning
+
+    def _check(self) -> None:
+        if self._broken is not None:
+            raise LocalProtocolError(f"ordered machine is broken by an earlier error: {self._broken!r}")
+
+    def _guard(self, step: Any, now: float) -> None:
+        try:
+            step(now)
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
+
+def _as_exception(error: BaseException | None) -> Exception | None:
+    if error is None or isinstance(error, Exception):
+        return error
+    return OrderedConsumerResetError(repr(error))

@@ -13,12 +13,12 @@ error before any byte is produced.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Union
 
 import msgspec
 
-from .errors import BadSubjectError, RemoteProtocolError
+from .errors import BadSubjectError, MaxPayloadError, RemoteProtocolError
 from .headers import Headers, parse_header_block
 
 __all__ = [
@@ -36,13 +36,20 @@ __all__ = [
     "Parser",
     "CONNECT_FIELDS",
     "encode_connect",
+    "PUB_FMT",
+    "PUB_REPLY_FMT",
+    "HPUB_FMT",
+    "HPUB_REPLY_FMT",
+    "MSG_ID_BLOCK_FMT",
     "encode_pub",
     "encode_hpub",
+    "msg_id_frame_encoder",
     "encode_sub",
     "encode_unsub",
     "PING",
     "PONG",
     "check_publish_subject",
+    "validated_subject",
     "check_subscribe_subject",
     "check_queue_group",
 ]
@@ -395,19 +402,81 @@ def encode_connect(fields: Mapping[str, Any]) -> bytes:
     return b"CONNECT " + _json_encoder.encode(dict(fields)) + b"\r\n"
 
 
+# --- PUB / HPUB: the one place client message frames are laid out -------------------------
+#
+# Every PUB/HPUB frame the client writes is built from the formats below: by the encoders
+# here, or, on the hottest paths (the publish fast paths, acks, publish_async), by the call
+# site applying the format with ``%`` itself, because a Python call there costs a measurable
+# share of the whole publish (docs/design.md, "Frames"). Subjects and replies are already
+# validated and encoded (:func:`check_publish_subject`, :func:`validated_subject`); a header
+# block comes from :func:`jscore.headers.encode_headers` (or :data:`MSG_ID_BLOCK_FMT`).
+
+PUB_FMT: Final = b"PUB %s %d\r\n%s\r\n"
+"""``PUB_FMT % (subject, len(payload), payload)``"""
+PUB_REPLY_FMT: Final = b"PUB %s %s %d\r\n%s\r\n"
+"""``PUB_REPLY_FMT % (subject, reply, len(payload), payload)``"""
+HPUB_FMT: Final = b"HPUB %s %d %d\r\n%s%s\r\n"
+"""``HPUB_FMT % (subject, len(hdr), len(hdr) + len(payload), hdr, payload)``"""
+HPUB_REPLY_FMT: Final = b"HPUB %s %s %d %d\r\n%s%s\r\n"
+"""``HPUB_REPLY_FMT % (subject, reply, len(hdr), len(hdr) + len(payload), hdr, payload)``"""
+MSG_ID_BLOCK_FMT: Final = b"NATS/1.0\r\nNats-Msg-Id: %s\r\n\r\n"
+"""``MSG_ID_BLOCK_FMT % msg_id``: the header block of a message whose only header is a msg id
+(checked by :func:`jscore.publish.check_msg_id`); the same bytes :func:`encode_headers` gives."""
+_MSG_ID_BLOCK_HEAD: Final = len(b"NATS/1.0\r\nNats-Msg-Id: \r\n\r\n")
+
+
 def encode_pub(subject: bytes, reply: bytes | None, payload: bytes) -> bytes:
-    """``PUB`` frame from an already validated, encoded subject."""
+    """``PUB`` frame from an already validated, encoded subject (and reply, if any)."""
     if reply:
-        return b"PUB %s %s %d\r\n%s\r\n" % (subject, reply, len(payload), payload)
-    return b"PUB %s %d\r\n%s\r\n" % (subject, len(payload), payload)
+        return PUB_REPLY_FMT % (subject, reply, len(payload), payload)
+    return PUB_FMT % (subject, len(payload), payload)
 
 
 def encode_hpub(subject: bytes, reply: bytes | None, header_block: bytes, payload: bytes) -> bytes:
     """``HPUB`` frame; ``header_block`` comes from :func:`jscore.headers.encode_headers`."""
     hl = len(header_block)
     if reply:
-        return b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subject, reply, hl, hl + len(payload), header_block, payload)
-    return b"HPUB %s %d %d\r\n%s%s\r\n" % (subject, hl, hl + len(payload), header_block, payload)
+        return HPUB_REPLY_FMT % (subject, reply, hl, hl + len(payload), header_block, payload)
+    return HPUB_FMT % (subject, hl, hl + len(payload), header_block, payload)
+
+
+def _frame_too_big(index: int, size: int, limit: int) -> BaseException:
+    return MaxPayloadError(f"frame {index}: msg id header + payload = {size} bytes > max_payload {limit}")
+
+
+def msg_id_frame_encoder(
+    subject: bytes,
+    reply_prefix: bytes,
+    msg_id_prefix: bytes,
+    max_payload: int,
+    too_big: Callable[[int, int, int], BaseException] = _frame_too_big,
+) -> Callable[[int, bytes], bytes]:
+    """The frame encoder of a bulk publisher: ``encode(n, payload)`` is the ``HPUB`` to
+    ``subject`` replying to ``reply_prefix + n`` whose one header is
+    ``Nats-Msg-Id: msg_id_prefix + n``, as :func:`encode_hpub` with :data:`MSG_ID_BLOCK_FMT`
+    would build it. Subject, reply prefix and msg id prefix go into a format string once, so
+    each frame costs one ``%`` with five arguments. A frame whose header block + payload
+    exceeds ``max_payload`` raises ``too_big(n, size, max_payload)`` instead.
+
+    ``subject`` and ``reply_prefix + n`` must be valid publish subjects and
+    ``msg_id_prefix + n`` a valid msg id; the caller checks them once."""
+    fmt = (
+        b"HPUB %s %s" % (subject.replace(b"%", b"%%"), reply_prefix.replace(b"%", b"%%"))
+        + b"%s %d %d\r\nNATS/1.0\r\nNats-Msg-Id: "
+        + msg_id_prefix.replace(b"%", b"%%")
+        + b"%s\r\n\r\n%s\r\n"
+    )
+    base = _MSG_ID_BLOCK_HEAD + len(msg_id_prefix)  # the header block's size, but the index digits
+
+    def encode(index: int, payload: bytes) -> bytes:
+        ib = b"%d" % index
+        hl = base + len(ib)
+        size = hl + len(payload)
+        if size > max_payload:
+            raise too_big(index, size, max_payload)
+        return fmt % (ib, hl, size, ib, payload)
+
+    return encode
 
 
 def encode_sub(subject: bytes, queue: bytes | None, sid: int) -> bytes:
@@ -431,6 +500,12 @@ MAX_SUBJECT_BYTES: Final = 1800
 _CACHE_LIMIT: Final = 8192
 _pub_cache: dict[str, bytes] = {}
 _sub_cache: dict[str, bytes] = {}
+
+validated_subject: Final[Callable[[str], bytes | None]] = _pub_cache.get
+"""``validated_subject(subject)``: the encoded subject if :func:`check_publish_subject` has
+accepted it before (and it is still cached), else ``None``; the hot paths' shortcut past
+validation. (The cache's own ``get``: no Python call of its own on those paths. The cache is
+only ever cleared, never replaced, so this stays bound to it.)"""
 
 
 def _check_common(subject: object, what: str) -> tuple[str, list[str]]:

@@ -111,6 +111,7 @@ __all__ = [
     "StatusWarning",
     "PinIdChanged",
     "PinIdCleared",
+    "FetchEnd",
     "FetchFinished",
     "ConsumeTerminated",
     "ConsumerReconnected",
@@ -729,16 +730,42 @@ class PinIdCleared(msgspec.Struct, frozen=True, kw_only=True):
     description: str
 
 
+class FetchEnd(enum.Enum):
+    """What ended a fetch (:attr:`FetchFinished.end`): a typed answer to "did the server end
+    the pull, or did the client give up on it?" (:attr:`FetchFinished.server_ended`)."""
+
+    BATCH_COMPLETE = "batch_complete"
+    """The batch count or max_bytes was reached."""
+    STATUS = "status"
+    """A status line ended the pull (404, 408, a 409 ...: see ``status`` and ``error``)."""
+    CLIENT_TIMER = "client_timer"
+    """The client's own timer expired before the server ended the pull."""
+    HEARTBEAT_MISSED = "heartbeat_missed"
+    STOPPED = "stopped"
+    CONNECTION_LOST = "connection_lost"
+    CONSUMER_GONE = "consumer_gone"
+
+
+_SERVER_ENDS: Final = frozenset({FetchEnd.BATCH_COMPLETE, FetchEnd.STATUS})
+
+
 class FetchFinished(msgspec.Struct, frozen=True, kw_only=True):
     """The fetch is over: ``delivered`` messages came; ``error`` None is a normal end (batch
     or bytes reached, a 404/408, the client timer); ``status`` is the code that ended it, if
-    any. ``next()`` raises a TimeoutError subclass when nothing was delivered and there is no
-    error: that is the transport's call."""
+    any; ``end`` says what ended it. ``next()`` raises a TimeoutError subclass when nothing
+    was delivered and there is no error: that is the transport's call."""
 
     error: NatsError | None
     reason: str
     delivered: int
     status: int | None = None
+    end: FetchEnd
+
+    @property
+    def server_ended(self) -> bool:
+        """The server ended the pull (batch or bytes reached, a status line): nothing more
+        will arrive for it. Otherwise messages may still be on their way to its inbox."""
+        return self.end in _SERVER_ENDS
 
 
 class ConsumeTerminated(msgspec.Struct, frozen=True, kw_only=True):
@@ -885,13 +912,13 @@ class FetchMachine(_Machine):
             if self.state is _FINISHED:
                 return
             if now >= self._deadline:
-                self._finish(None, "client timer expired", None)
+                self._finish(None, "client timer expired", None, FetchEnd.CLIENT_TIMER)
             elif self._hb_window and now >= self._last_seen + self._hb_window:
                 err = NoHeartbeatError(
                     f"no heartbeat or message for {now - self._last_seen:.3f} s "
                     f"(idle_heartbeat {self.options.heartbeat} s)"
                 )
-                self._finish(err, "heartbeats missed", None)
+                self._finish(err, "heartbeats missed", None, FetchEnd.HEARTBEAT_MISSED)
         except BaseException as exc:
             self._broken = exc
             raise
@@ -916,9 +943,9 @@ class FetchMachine(_Machine):
                 self._events.append(MessageDelivered(msg=msg))
                 opts = self.options
                 if self.delivered >= opts.batch:
-                    self._finish(None, "batch complete", None)
+                    self._finish(None, "batch complete", None, FetchEnd.BATCH_COMPLETE)
                 elif opts.max_bytes and self.delivered_bytes >= opts.max_bytes:
-                    self._finish(None, "max_bytes reached", None)
+                    self._finish(None, "max_bytes reached", None, FetchEnd.BATCH_COMPLETE)
                 return
             self._on_status(msg)
         except BaseException as exc:
@@ -931,12 +958,12 @@ class FetchMachine(_Machine):
             match command:
                 case Stop() | Drain():
                     if self.state is not _FINISHED:
-                        self._finish(None, "stopped", None)
+                        self._finish(None, "stopped", None, FetchEnd.STOPPED)
                 case ConnectionLost(error=error) | ConnectionClosed(error=error):
                     if self.state is not _FINISHED:
                         err = ConnectionLostError("the connection was lost while the fetch was in flight")
                         err.__cause__ = error
-                        self._finish(err, "connection lost", None)
+                        self._finish(err, "connection lost", None, FetchEnd.CONNECTION_LOST)
                 case ConnectionRestored() | MessagesTaken():
                     pass  # a fetch ended on the loss already; it has no local buffer to track
                 case AckNext(reply=reply):
@@ -944,7 +971,7 @@ class FetchMachine(_Machine):
                     self._events.append(AckNextRequested(reply=reply, body=ACK_BODY, pull=False))
                 case ConsumerGone(error=error):
                     if self.state is not _FINISHED:  # (a fetch never asks; honoured all the same)
-                        self._finish(error, "the consumer is gone", None)
+                        self._finish(error, "the consumer is gone", None, FetchEnd.CONSUMER_GONE)
                 case _:
                     _unknown_command(command)
         except BaseException as exc:
@@ -974,9 +1001,13 @@ class FetchMachine(_Machine):
             case _:
                 raise LocalProtocolError(f"status table: {rule.fetch} is not a fetch disposition")
 
-    def _finish(self, error: NatsError | None, reason: str, status: int | None) -> None:
+    def _finish(self, error: NatsError | None, reason: str, status: int | None, end: FetchEnd | None = None) -> None:
+        # (end None: a status line ended it)
         self.state = _FINISHED
-        self._events.append(FetchFinished(error=error, reason=reason, delivered=self.delivered, status=status))
+        self._events.append(
+            FetchFinished(error=error, reason=reason, delivered=self.delivered, status=status,
+                          end=FetchEnd.STATUS if end is None else end)
+        )
 
 
 class ConsumeMachine(_Machine):
@@ -1014,7 +1045,11 @@ class ConsumeMachine(_Machine):
     ``no_responders_limit`` in a row.
     """
 
-    def __init__(self, options: ConsumeOptions, now: float, *, connected: bool = True) -> None:
+    def __init__(self, options: ConsumeOptions, now: float, *, connected: bool = True,
+                 buffered_messages: int = 0, buffered_bytes: int = 0) -> None:
+        # buffered_*: messages already in the transport's local queue, delivered by an earlier
+        # machine (an ordered consumer's previous server consumer); they count against the
+        # buffer until taken.
         super().__init__()
         self.options = options
         self.state = _RUNNING
@@ -1023,8 +1058,8 @@ class ConsumeMachine(_Machine):
         self.pulls_sent = 0
         self.pending_messages = 0
         self.pending_bytes = 0
-        self.buffered_messages = 0
-        self.buffered_bytes = 0
+        self.buffered_messages = max(0, buffered_messages)
+        self.buffered_bytes = max(0, buffered_bytes)
         self._by_bytes = options.max_bytes > 0
         self._track_pin = options.group is not None
         self._hb_window = 2 * options.heartbeat

@@ -35,7 +35,7 @@ from . import events as ev
 from .connection import ConnectOptions, Connection, State
 from .directget import DirectGetRequested
 from .errors import ConnectionClosedError, LocalProtocolError, NatsError
-from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, MachineFailed, SubMachine
+from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, MachineFailed, SendRequested, SubMachine
 from .protocol import MsgReceived
 from .jsmsg import WPI, ProgressRequested
 from .pubmachines import FramesRequested, PublishRequested, SendFailed
@@ -113,6 +113,7 @@ class Session:
             FramesRequested: self._write_frames,
             ProgressRequested: self._write_progress,
             AckNextRequested: self._write_ack_next,
+            SendRequested: self._write_send,
         }
 
     # ================================================================== the core contract
@@ -254,15 +255,24 @@ class Session:
 
     def _receiver(self, slot: _Slot) -> Deliver:
         machine = slot.machine
-        after = self._after
+        receive_msg = machine.receive_msg
+        drain = machine.drain_events
+        after = self._after_events
+        dirty = self._dirty
 
         def receive(msg: MsgReceived, now: float) -> None:
+            # (once per message: _after inlined for the common case of no event, still running)
             try:
-                machine.receive_msg(msg, now)
+                receive_msg(msg, now)
             except Exception as exc:  # noqa: BLE001
                 self._fail(slot, exc, "internal error")
                 return
-            after(slot)
+            events = drain()
+            if events or machine.finished:
+                after(slot, events)
+            elif not slot.dirty:
+                slot.dirty = True
+                dirty.append(slot)
 
         return receive
 
@@ -282,8 +292,10 @@ class Session:
 
     def _after(self, slot: _Slot) -> None:
         """Act on every event the machine queued; forget it once it has finished."""
+        self._after_events(slot, slot.machine.drain_events())
+
+    def _after_events(self, slot: _Slot, events: list[Any]) -> None:
         machine = slot.machine
-        events = machine.drain_events()
         if events:
             writers = self._writers
             sink = slot.sink
@@ -405,6 +417,17 @@ class Session:
 
     def _write_frames(self, slot: _Slot, e: FramesRequested) -> None:
         self.conn.publish_frames(e.data, e.count)  # (not connected: the machine re-sends later)
+
+    def _write_send(self, slot: _Slot, e: SendRequested) -> None:
+        # (reply tokens need a wildcard inbox: slot.inbox is then the prefix "<inbox>.")
+        reply = None if e.reply_token is None else slot.inbox + e.reply_token
+        if not e.best_effort:
+            self._publish_for(slot, e.subject, e.body, reply)
+            return
+        try:
+            self.conn.publish(e.subject, e.body, reply)
+        except NatsError:
+            pass  # best effort (a delete of a throw-away consumer): not worth ending the machine
 
     # ================================================================== plain subscriptions
 

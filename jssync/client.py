@@ -33,7 +33,7 @@ from jscore.errors import (
     TimeoutError,
 )
 from jscore.headers import HeadersInput
-from jscore.protocol import MsgReceived, _pub_cache
+from jscore.protocol import PUB_FMT, MsgReceived, validated_subject
 from jscore.session import Session, Sink
 
 from .events import CallbackError, SlowConsumer
@@ -464,9 +464,9 @@ class Client:
         if reply is None and headers is None and payload.__class__ is bytes and self._fork_gen == _fork_generation:
             # Hot path: a subject validated before; the frame is built outside the lock. (The
             # fork check comes first: after fork() the lock may be held by a parent's thread.)
-            subj = _pub_cache.get(subject)
+            subj = validated_subject(subject)
             if subj is not None:
-                frame = b"PUB %s %d\r\n%s\r\n" % (subj, len(payload), payload)
+                frame = PUB_FMT % (subj, len(payload), payload)
                 conn = self._conn
                 lock = self._lock
                 # acquire/release rather than ``with``: half the interpreter work per call here.
@@ -487,7 +487,7 @@ class Client:
         the subject cache (every ack subject is new; caching them would evict the subjects of
         real publishers)."""
         if self._fork_gen == _fork_generation:
-            frame = b"PUB %s %d\r\n%s\r\n" % (subject.encode(), len(payload), payload)
+            frame = PUB_FMT % (subject.encode(), len(payload), payload)
             conn = self._conn
             lock = self._lock
             lock.acquire()

@@ -1,20 +1,24 @@
 """The ordered consumer on the blocking client: a stream read exactly once and in order.
 
-:class:`jscore.ordered.OrderedConsumerState` decides (cursor, serial, reset schedule, which
-configuration to create); this module acts: it creates the throw-away server consumers with
-blocking API calls on the caller's thread (never the I/O thread), reads their messages through
-the ordinary pull machinery (:mod:`jssync.pull`), checks every delivery against the cursor, and
-resets on a gap, missed heartbeats, a deleted consumer, no responders or a reconnect.
+Every decision is the core's: :class:`jscore.ordered.OrderedMachine` creates the throw-away
+server consumers (its own create requests), pulls from the current one, checks each delivery
+against the cursor, resets, backs off, keeps a fetch's deadline and says how an operation
+ended. This module only runs one such machine per operation on the client's core session (the
+I/O thread feeds it and fires its timers) and waits on a queue for what it emits:
 
-``messages()`` does all of that inline, in the reader's ``next()``; ``consume(handler)`` is the
-same loop on a dispatcher thread; ``fetch()`` reuses the current server consumer while the
-cursor is contiguous (the reference clients create a new consumer for every fetch).
+- ``fetch()`` / ``next()`` wait for the machine's end, at most until its own deadline (plus a
+  guard that only matters if the I/O thread died);
+- ``messages()`` is read by the caller, ``next(timeout)`` waiting at most ``timeout``;
+- ``consume(handler)`` is the same read by a dispatcher thread that runs the handler.
+
+No thread of its own beyond that dispatcher, no sleep, no blocking API call.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import random
 import threading
 import time
@@ -23,48 +27,136 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from jscore import pull as P
-from jscore.errors import (
-    ConsumerDeletedError,
-    ConsumerNotFoundError,
-    InvalidOptionError,
-    NatsError,
-    NoHeartbeatError,
-    NoMessagesError,
-    NoRespondersError,
-    PullNoRespondersError,
-)
+from jscore.errors import InvalidOptionError, NoMessagesError, TimeoutError
+from jscore.machine import MachineFailed, Stop
 from jscore.models import DeliverPolicy
-from jscore.ordered import Delivery, OrderedConsumerOptions, OrderedConsumerState, ResetReason, new_name_prefix
+from jscore.ordered import (
+    OrderedConsumerOptions,
+    OrderedConsumerReset,
+    OrderedConsumerState,
+    OrderedEnd,
+    OrderedFinished,
+    OrderedMachine,
+    OrderedMessageDelivered,
+    new_name_prefix,
+)
 
-from .consumer import Consumer
+from .client import shell_of
+from .events import CallbackError
 from .msg import JsMsg
-from .pull import ConsumerReconnected, EventHandler, FetchResult, Handler, MessageStream, _StreamEnded
+from .pull import EventHandler, Handler, _StreamEnded
 
 if TYPE_CHECKING:
     from .jetstream import JetStream
 
-__all__ = ["OrderedConsumer", "OrderedConsumeContext", "OrderedMessageStream"]
+__all__ = ["OrderedConsumer", "OrderedConsumeContext", "OrderedMessageStream", "OrderedConsumerReset"]
 
 _log = logging.getLogger("jssync")
 _monotonic: Final = time.monotonic
-_DELETE_TIMEOUT: Final = 1.0
+
+# How long past the machine's own deadline a fetch waits for its end: the I/O thread fires that
+# deadline, so this only guards against a dead I/O thread.
+_GUARD: Final = 2.0
 
 
-def _reason_for(error: BaseException) -> ResetReason | None:
-    """The reset an inner pull's end calls for; None: the error is the user's."""
-    if isinstance(error, (ConsumerDeletedError, ConsumerNotFoundError)):
-        return ResetReason.CONSUMER_DELETED
-    if isinstance(error, NoHeartbeatError):
-        return ResetReason.HEARTBEAT_MISSED
-    if isinstance(error, (PullNoRespondersError, NoRespondersError)):
-        return ResetReason.NO_RESPONDERS
-    return None
+class _End:
+    """Queue marker: the operation is over."""
+
+    __slots__ = ("kind", "error")
+
+    def __init__(self, kind: OrderedEnd, error: BaseException | None) -> None:
+        self.kind = kind
+        self.error = error
+
+
+class _Op:
+    """One operation of an ordered consumer: its machine on the client's session, and the
+    queue the machine's events go to. The sink runs under the client lock (usually on the I/O
+    thread) and only queues."""
+
+    def __init__(self, oc: OrderedConsumer, options: P.FetchOptions | P.ConsumeOptions) -> None:
+        js = oc._js
+        self._oc = oc
+        self._shell = shell = shell_of(js.client)
+        self._client = js.client
+        self.q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.done = False
+        self.kind: OrderedEnd | None = None
+        self.error: BaseException | None = None
+        self._released = False
+        shell.check_fork()
+        with shell.lock:
+            self.machine = OrderedMachine(
+                oc._state,
+                options,
+                _monotonic(),
+                api_prefix=js.api_prefix,
+                request_timeout=js.timeout,
+                connected=shell.session.conn.is_connected,
+            )
+            self.slot = shell.attach_locked(self.machine, self._on_event, wildcard=True)
+
+    # -- the sink (under the lock) -----------------------------------------------------------
+
+    def _on_event(self, e: Any) -> None:
+        cls = e.__class__
+        if cls is OrderedMessageDelivered:
+            msg = JsMsg._from_event(e.msg, self._client)
+            msg._meta = e.metadata  # (checked by the machine: no second parse)
+            self.q.put(msg)
+        elif cls is OrderedFinished:
+            self._end(e.end, e.error)
+        elif cls is MachineFailed:
+            _log.error("jssync: ordered consumer machine failed (%s)", e.reason, exc_info=e.error)
+            self._end(OrderedEnd.ERROR, e.error)
+        else:
+            self.q.put(e)  # a notification
+
+    def _end(self, kind: OrderedEnd, error: BaseException | None) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.kind = kind
+        self.error = error
+        self.q.put(_End(kind, error))
+        self._release_locked()
+
+    def _release_locked(self) -> None:
+        if not self._released:
+            self._released = True
+            self._oc._busy.release()
+
+    # -- from the caller -----------------------------------------------------------------
+
+    def command(self, cmd: Any, *, kick: bool = False) -> None:
+        shell = self._shell
+        if shell.forked:
+            return
+        with shell.lock:
+            if not self.done:
+                shell.command_locked(self.slot, cmd, kick=kick)
+
+    def stop(self) -> None:
+        """End now. The machine ends at once; should its slot be gone already, end here."""
+        shell = self._shell
+        if shell.forked:
+            return
+        with shell.lock:
+            if not self.done:
+                shell.command_locked(self.slot, Stop())
+            self._end(OrderedEnd.STOPPED, None)  # (a no-op once the machine said it ended)
+
+    def release(self) -> None:
+        """Free the ordered consumer for its next operation (idempotent)."""
+        with self._shell.lock:
+            self._release_locked()
 
 
 class OrderedConsumer:
     """An ordered view of a stream (``js.ordered_consumer(stream, ...)``): ephemeral, ack-less
     server consumers recreated behind the scenes so that every message (of the filter) comes
-    once and in stream order. One fetch, consume or messages at a time."""
+    once and in stream order. One fetch, consume or messages at a time; after one ends the
+    next continues from the cursor."""
 
     def __init__(self, js: JetStream, stream: str, options: OrderedConsumerOptions) -> None:
         self._js = js
@@ -72,7 +164,6 @@ class OrderedConsumer:
         rng = random.Random(os.urandom(16))
         self._state = OrderedConsumerState(stream, options, name_prefix=new_name_prefix(rng))
         self._busy = threading.Lock()
-        self._current: Consumer | None = None
 
     @property
     def stream_name(self) -> str:
@@ -91,53 +182,17 @@ class OrderedConsumer:
     def __repr__(self) -> str:
         return f"<OrderedConsumer {self._stream!r} {self._state!r}>"
 
-    # ------------------------------------------------------------------ internals
-
     def _acquire(self) -> None:
         if not self._busy.acquire(blocking=False):
             raise InvalidOptionError("an ordered consumer runs one fetch, consume or messages at a time")
 
-    def _ensure(self, deadline: float) -> Consumer:
-        """The active server consumer, created (with backoff) if needed, by ``deadline``."""
-        st = self._state
-        while True:
-            if st.terminated:
-                assert st.error is not None or st.state.value == "closed"
-                raise st.error or _StreamEnded("the ordered consumer was closed")
-            if not st.needs_new_consumer and self._current is not None and self._current.name == st.name:
-                return self._current
-            now = _monotonic()
-            if st.recreate_due(now):
-                cfg = st.start_create(now)
-                name = cfg.name
-                assert name is not None
-                try:
-                    consumer = self._js.create_consumer(
-                        self._stream, cfg, timeout=max(0.5, min(5.0, deadline - now))
-                    )
-                except NatsError as exc:
-                    st.create_failed(_monotonic(), exc, name)
-                    continue
-                if st.created(_monotonic(), name, consumer.cached_info.delivered.stream_seq):
-                    self._current = consumer
-                continue
-            due = st.next_deadline()
-            wait = (due if due is not None else now + 0.05) - now
-            if now + wait > deadline:
-                raise NoMessagesError("the ordered consumer is waiting to recreate its server consumer")
-            time.sleep(max(0.0, wait))
-
-    def _reset(self, reason: ResetReason) -> None:
-        dropped = self._state.reset(_monotonic(), reason)
-        self._current = None
-        if dropped is not None:
-            self._delete_quietly(dropped)
-
-    def _delete_quietly(self, name: str) -> None:
+    def _start(self, options: P.FetchOptions | P.ConsumeOptions) -> _Op:
+        self._acquire()
         try:
-            self._js.delete_consumer(self._stream, name, timeout=_DELETE_TIMEOUT)
-        except NatsError:
-            pass  # ephemeral with an inactive_threshold: the server removes it anyway
+            return _Op(self, options)
+        except BaseException:
+            self._busy.release()
+            raise
 
     # ------------------------------------------------------------------ fetch / next
 
@@ -151,43 +206,41 @@ class OrderedConsumer:
         no_wait: bool = False,
     ) -> list[JsMsg]:
         """Up to ``max_messages`` next messages in order (a list: the fetch is checked against
-        the cursor as a whole). Reuses the server consumer while the cursor is contiguous."""
-        self._acquire()
+        the cursor as a whole). Reuses the server consumer while the cursor is contiguous; a
+        reset before anything arrived is healed within the fetch's time. Returns by
+        ``expires`` plus a small grace; :class:`NoMessagesError` if no server consumer could
+        be made ready by then (a backoff, JetStream unavailable)."""
+        opts = P.resolve_fetch_options(
+            max_messages=max_messages, max_bytes=max_bytes, expires=expires, heartbeat=heartbeat, no_wait=no_wait
+        )
+        op = self._start(opts)
         try:
-            deadline = _monotonic() + (expires or P.NO_WAIT_TIMEOUT) + 5.0
-            consumer = self._ensure(deadline)
-            result: FetchResult = consumer.fetch(
-                max_messages, max_bytes=max_bytes, expires=expires, heartbeat=heartbeat, no_wait=no_wait
-            )
+            deadline = op.machine.deadline
+            assert deadline is not None
+            deadline += _GUARD
             out: list[JsMsg] = []
-            gap = False
-            for msg in result:
-                if gap:
-                    continue
-                verdict = self._state.on_delivery(msg.metadata)
-                if verdict is Delivery.ACCEPT:
-                    out.append(msg)
-                elif verdict is Delivery.GAP:
-                    gap = True
-            st = self._state
-            if gap:
-                self._reset(ResetReason.GAP)
-            elif result.error is not None:
-                reason = _reason_for(result.error)
-                if reason is None:
-                    if not out:
-                        raise result.error
-                else:
-                    self._reset(reason)
-            else:
-                clean = result.reason not in ("client timer expired", "stopped", "deadline")
-                dropped = st.fetch_ended(_monotonic(), clean=clean)
-                if dropped is not None:
-                    self._current = None
-                    self._delete_quietly(dropped)
-            return out
+            q = op.q
+            while True:
+                try:
+                    item = q.get(timeout=max(0.0, deadline - _monotonic()))
+                except queue.Empty:
+                    op.stop()
+                    raise TimeoutError("the ordered fetch did not end by its deadline") from None
+                if item.__class__ is JsMsg:
+                    out.append(item)
+                elif item.__class__ is _End:
+                    break
+                # (notifications: a fetch has no on_event)
         finally:
-            self._busy.release()
+            op.release()
+        kind = item.kind
+        if out or kind is OrderedEnd.DONE or kind is OrderedEnd.STOPPED:
+            return out
+        if kind is OrderedEnd.NOT_READY:
+            raise NoMessagesError("the ordered consumer is waiting to recreate its server consumer")
+        if kind is OrderedEnd.CLOSED or item.error is None:
+            raise _StreamEnded("the ordered consumer was closed")
+        raise item.error
 
     def next(self, *, timeout: float = 30.0, heartbeat: float | None = None) -> JsMsg:
         """The next message in order; :class:`NoMessagesError` (a TimeoutError) if none."""
@@ -210,14 +263,13 @@ class OrderedConsumer:
         on_event: EventHandler | None = None,
     ) -> OrderedMessageStream:
         """Read the stream in order with ``for msg in stream`` or ``stream.next(timeout)``."""
-        opts: dict[str, Any] = dict(
+        given: dict[str, Any] = dict(
             max_messages=max_messages, max_bytes=max_bytes, expires=expires, heartbeat=heartbeat,
             threshold_messages=threshold_messages, threshold_bytes=threshold_bytes,
         )
-        # Validate now, before anything is created (the same rules as a plain consume).
-        P.resolve_consume_options(**{k: v for k, v in opts.items() if v is not None})
-        self._acquire()
-        return OrderedMessageStream(self, opts, on_event)
+        # Validated before anything is created (the same rules as a plain consume).
+        opts = P.resolve_consume_options(**{k: v for k, v in given.items() if v is not None})
+        return OrderedMessageStream(self._start(opts), opts, on_event)
 
     def consume(
         self,
@@ -241,139 +293,134 @@ class OrderedConsumer:
         return OrderedConsumeContext(stream, handler, on_event)
 
 
-class OrderedMessageStream:
-    """An ordered consume read by the caller; resets happen inside :meth:`next`."""
+class _Taker:
+    """Reports taken messages to the machine in small batches, always before the queue runs
+    dry (the machine counts what waits in the queue against max_messages / max_bytes)."""
 
-    def __init__(self, oc: OrderedConsumer, opts: dict[str, Any], on_event: EventHandler | None) -> None:
-        self._oc = oc
-        self._opts = opts
+    __slots__ = ("_op", "_batch", "count", "size")
+
+    def __init__(self, op: _Op, opts: P.ConsumeOptions) -> None:
+        self._op = op
+        if opts.max_bytes:
+            self._batch = 16
+        else:
+            self._batch = max(1, min(64, (opts.max_messages - opts.threshold_messages) // 4 or 1))
+        self.count = 0
+        self.size = 0
+
+    def took(self, msg: JsMsg) -> None:
+        self.count += 1
+        self.size += msg.size
+        if self.count >= self._batch or self._op.q.empty():
+            self.flush()
+
+    def flush(self) -> None:
+        if self.count:
+            count, size = self.count, self.size
+            self.count = self.size = 0
+            self._op.command(P.MessagesTaken(count=count, size=size), kick=True)
+
+
+class OrderedMessageStream:
+    """An ordered consume read by the caller: ``for msg in stream`` or ``stream.next(timeout)``.
+
+    Notifications (resets, heartbeats missed, status warnings, reconnects) go to ``on_event``
+    if given and are kept in :meth:`notifications`. The iteration ends after ``stop()`` or a
+    ``drain()``; a terminal error (e.g. ``StreamNotFoundError``) is raised by ``next()``.
+    """
+
+    def __init__(self, op: _Op, opts: P.ConsumeOptions, on_event: EventHandler | None) -> None:
+        self._op = op
         self._on_event = on_event
-        self._inner: MessageStream | None = None
-        self._reset_due: ResetReason | None = None
+        self._taker = _Taker(op, opts)
+        self._notes: list[Any] = []
+        self._ended: _End | None = None
         self._stopped = False
-        self._draining = False
-        self._closed = False
-        self.error: BaseException | None = None
+
+    def next(self, timeout: float = 30.0) -> JsMsg:
+        """The next message in order: :class:`NoMessagesError` (a TimeoutError) if none came
+        within ``timeout``; the terminal error (e.g. ``StreamNotFoundError``) once it failed."""
+        return self._next(_monotonic() + timeout, timeout)
+
+    def _next(self, deadline: float | None, timeout: float | None) -> JsMsg:
+        if self._ended is not None or self._stopped:
+            raise self._end_error()
+        q = self._op.q
+        while True:
+            try:
+                item = q.get_nowait()
+            except queue.Empty:
+                self._taker.flush()  # before blocking
+                try:
+                    item = q.get() if deadline is None else q.get(timeout=max(0.0, deadline - _monotonic()))
+                except queue.Empty:
+                    raise NoMessagesError(f"no message from the ordered consumer within {timeout} s") from None
+            cls = item.__class__
+            if cls is JsMsg:
+                if self._stopped:
+                    raise self._end_error()
+                self._taker.took(item)
+                return item  # type: ignore[no-any-return]
+            if cls is _End:
+                self._ended = item
+                self._taker.flush()
+                raise self._end_error()
+            self._note(item)
 
     def _note(self, event: Any) -> None:
-        cls = event.__class__
-        if cls is P.HeartbeatMissed:
-            self._reset_due = ResetReason.HEARTBEAT_MISSED
-        elif cls is ConsumerReconnected:
-            self._reset_due = ResetReason.RECONNECT
+        self._notes.append(event)
         if self._on_event is not None:
             try:
                 self._on_event(event)
             except Exception:  # noqa: BLE001
                 _log.exception("jssync: on_event handler raised on %s", type(event).__name__)
 
-    def _drop_inner(self) -> None:
-        inner, self._inner = self._inner, None
-        if inner is not None:
-            inner.stop()
-
-    def next(self, timeout: float = 30.0) -> JsMsg:
-        """The next message in order: :class:`NoMessagesError` (a TimeoutError) if none came
-        within ``timeout``; the terminal error (e.g. ``StreamNotFoundError``) once it failed."""
-        oc = self._oc
-        st = oc._state
-        deadline = _monotonic() + timeout
-        while True:
-            if self._closed or self._stopped:
-                raise self.error or _StreamEnded("the ordered message stream was stopped")
-            if self._reset_due is not None:
-                reason, self._reset_due = self._reset_due, None
-                self._drop_inner()
-                oc._reset(reason)
-            if self._inner is None:
-                if self._draining:
-                    self._finish(None)
-                    continue
-                try:
-                    consumer = oc._ensure(deadline)
-                except NoMessagesError:
-                    raise
-                except NatsError as exc:
-                    self._finish(exc)
-                    raise
-                self._inner = consumer.messages(on_event=self._note, **self._opts)
-            remaining = deadline - _monotonic()
-            if remaining <= 0:
-                raise NoMessagesError(f"no message within {timeout} s")
-            try:
-                msg = self._inner.next(timeout=remaining)
-            except NoMessagesError:
-                if self._reset_due is not None:
-                    continue
-                raise
-            except _StreamEnded:
-                self._inner = None
-                if self._draining:
-                    self._finish(None)
-                continue
-            except NatsError as exc:
-                self._inner = None
-                why = _reason_for(exc)
-                if why is None:
-                    st.fail(exc)
-                    self._finish(exc)
-                    raise
-                oc._reset(why)
-                continue
-            if self._reset_due is not None:
-                continue  # (a reset was noted while this message was queued: it goes too)
-            verdict = st.on_delivery(msg.metadata)
-            if verdict is Delivery.ACCEPT:
-                return msg
-            if verdict is Delivery.GAP:
-                self._reset_due = ResetReason.GAP
-
-    def _finish(self, error: BaseException | None) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self.error = error
-        self._drop_inner()
-        dropped = self._oc._state.close() if error is None else None
-        if dropped is not None:
-            self._oc._delete_quietly(dropped)
-        self._oc._current = None
-        self._oc._busy.release()
+    def _end_error(self) -> BaseException:
+        end = self._ended
+        if end is not None and end.error is not None:
+            return end.error
+        if end is not None and end.kind is OrderedEnd.CLOSED:
+            return _StreamEnded("the ordered consumer was closed")
+        return _StreamEnded("the ordered message stream was stopped")
 
     def __iter__(self) -> Iterator[JsMsg]:
         while True:
             try:
-                yield self.next(timeout=3600.0)
-            except NoMessagesError:
-                continue
+                yield self._next(None, None)
             except _StreamEnded:
                 return
 
+    def notifications(self) -> list[Any]:
+        """The notifications seen so far (and clears them)."""
+        notes, self._notes = self._notes, []
+        return notes
+
     def stop(self) -> None:
-        """End now (any thread)."""
+        """End now (any thread); the server consumer is deleted, the cursor kept."""
         self._stopped = True
-        inner = self._inner
-        if inner is not None:
-            inner.stop()
-        if not self._closed:
-            self._finish(None)
+        self._op.stop()
 
     def drain(self) -> None:
-        """No more pulls; what is buffered is still delivered, then the iteration ends."""
-        self._draining = True
-        inner = self._inner
-        if inner is not None:
-            inner.drain()
+        """No more pulls; what is already queued is still delivered, then the iteration ends."""
+        self._op.command(P.Drain())
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._op.done
+
+    @property
+    def error(self) -> BaseException | None:
+        """The terminal error, once it ended with one (None after a stop or a drain)."""
+        return self._op.error if self._op.done else None
 
     def __enter__(self) -> OrderedMessageStream:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def __repr__(self) -> str:
+        return f"<OrderedMessageStream {self._op._oc.stream_name!r} {'closed' if self.closed else 'running'}>"
 
 
 class OrderedConsumeContext:
@@ -394,39 +441,37 @@ class OrderedConsumeContext:
         try:
             while True:
                 try:
-                    msg = stream.next(timeout=3600.0)
-                except NoMessagesError:
-                    continue
+                    msg = stream._next(None, None)
                 except _StreamEnded:
                     return
                 except BaseException as exc:  # noqa: BLE001 - the terminal error
                     self.error = exc
-                    if self._on_event is not None:
-                        try:
-                            self._on_event(P.ConsumeTerminated(error=exc if isinstance(exc, Exception) else None,
-                                                               reason="ordered consumer failed"))
-                        except Exception:  # noqa: BLE001
-                            _log.exception("jssync: on_event handler raised")
+                    self._report(P.ConsumeTerminated(error=exc if isinstance(exc, Exception) else None,
+                                                     reason="ordered consumer failed"))
                     return
                 with self._hlock:
                     if stream._stopped:
                         return
                     try:
                         self._handler(msg)
-                    except Exception as exc:  # noqa: BLE001
-                        from .events import CallbackError
-
+                    except Exception as exc:  # noqa: BLE001 - reported, the consume goes on
                         if self._on_event is not None:
-                            try:
-                                self._on_event(CallbackError(subject=msg.subject, error=exc))
-                            except Exception:  # noqa: BLE001
-                                _log.exception("jssync: on_event handler raised")
+                            self._report(CallbackError(subject=msg.subject, error=exc))
                         else:
                             _log.error("jssync: ordered consume handler raised", exc_info=exc)
         finally:
             self._done.set()
 
+    def _report(self, event: Any) -> None:
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(event)
+        except Exception:  # noqa: BLE001
+            _log.exception("jssync: on_event handler raised on %s", type(event).__name__)
+
     def stop(self) -> None:
+        """End now; no handler call starts after this returns (unless called by the handler)."""
         self._stream.stop()
         if threading.current_thread() is not self._thread and self._hlock.acquire(timeout=30.0):
             self._hlock.release()

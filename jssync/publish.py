@@ -30,6 +30,7 @@ import itertools
 import logging
 import os
 import queue
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +45,14 @@ from jscore.errors import (
 )
 from jscore.headers import Headers, HeadersInput, encode_headers
 from jscore.models import PubAck
-from jscore.protocol import _pub_cache
+from jscore.protocol import (
+    HPUB_REPLY_FMT,
+    MSG_ID_BLOCK_FMT,
+    PUB_REPLY_FMT,
+    encode_hpub,
+    encode_pub,
+    validated_subject,
+)
 from jscore.pubmachines import PROGRESS, AsyncPublishMachine, PublisherClosed, WatchLevel
 from jscore.publish import (
     MSG_ID,
@@ -67,7 +75,14 @@ _log = logging.getLogger("jssync.publish")
 _monotonic = time.monotonic
 _CALLBACK_IDLE_EXIT: Final = 10.0  # seconds with no callback to run before the callback thread ends
 _YIELD_EVERY: Final = 128  # publish_async calls between two brief GIL releases (see publish_async)
-_yield = os.sched_yield  # (releases the GIL while it yields the CPU)
+
+
+def _yield() -> None:
+    """Let go of the GIL for a moment (a zero-timeout ``select`` releases it around the system
+    call), so the I/O thread can take it now rather than at the end of the switch interval.
+    Not a wait: it returns at once."""
+    select.select((), (), (), 0)
+
 _SYNC_MAX: Final = 1 << 30  # the sync window never blocks: one entry per waiting thread
 _NUID_ALPHABET: Final = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -79,15 +94,13 @@ def _frame(subject: str, payload: bytes, headers: HeadersInput | None, reply: by
     max_payload counts it, built outside the client lock; ``None`` when the subject has not been
     validated before (not in the subject cache) or the payload is not ``bytes``: the caller then
     goes through the machine's checked publish, which validates, buffers or raises."""
-    subj = _pub_cache.get(subject)
+    subj = validated_subject(subject)
     if subj is None or payload.__class__ is not bytes:
         return None, 0
     if headers is None:
-        n = len(payload)
-        return b"PUB %s %s %d\r\n%s\r\n" % (subj, reply, n, payload), n
+        return encode_pub(subj, reply, payload), len(payload)
     hdr = encode_headers(headers)  # validates: BadHeaderError before anything is queued
-    n = len(hdr) + len(payload)
-    return b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subj, reply, len(hdr), n, hdr, payload), n
+    return encode_hpub(subj, reply, hdr, payload), len(hdr) + len(payload)
 
 
 def _nuid() -> str:
@@ -156,6 +169,7 @@ class PubAckFuture(PendingPublish):
             if self.outcome is PENDING:
                 if self._callbacks is None:
                     self._callbacks = []
+                    self.watched = True  # (the machine hands it over once settled)
                 self._callbacks.append(fn)
                 return
         _run_callback(fn, self)
@@ -167,6 +181,7 @@ class PubAckFuture(PendingPublish):
             event = self._event
             if event is None:
                 event = self._event = threading.Event()
+                self.watched = True  # (the machine hands it over once settled)
         if not event.wait(timeout):
             raise TimeoutError(f"the publish to {self.subject!r} is not settled after {timeout} s (still in flight)")
 
@@ -183,6 +198,7 @@ class _SyncEntry(PendingPublish):
     once the entry is settled (the cheapest cross-thread wake-up CPython has)."""
 
     __slots__ = ("lock",)
+    watched = True
 
     def __init__(self, subject: str, payload: bytes, headers: HeadersInput | None, msg_id: str | None) -> None:
         super().__init__(subject, payload, headers, msg_id)
@@ -413,7 +429,7 @@ class Publisher:
             # directly, the same bytes encode_headers would give (checked by a test).
             mid = check_msg_id(msg_id)
             hdrs = [(MSG_ID, mid)]
-            hblock = b"NATS/1.0\r\nNats-Msg-Id: %s\r\n\r\n" % mid.encode()
+            hblock = MSG_ID_BLOCK_FMT % mid.encode()
         else:
             hblock = None
             if auto and msg_id is None and (headers is None or not Headers(headers).get(MSG_ID)):
@@ -436,13 +452,13 @@ class Publisher:
         token = window.next_token()
         prefix = self._prefix_b
         # The frame is built outside the lock (see _frame; inlined for the common case).
-        subj = _pub_cache.get(subject)
+        subj = validated_subject(subject)
         if hdrs is None and subj is not None and prefix and payload.__class__ is bytes:
             size = len(payload)
-            frame: bytes | None = b"PUB %s %s%s %d\r\n%s\r\n" % (subj, prefix, token.encode(), size, payload)
+            frame: bytes | None = PUB_REPLY_FMT % (subj, prefix + token.encode(), size, payload)
         elif hblock is not None and subj is not None and prefix and payload.__class__ is bytes:
             size = len(hblock) + len(payload)
-            frame = b"HPUB %s %s%s %d %d\r\n%s%s\r\n" % (subj, prefix, token.encode(), len(hblock), size, hblock, payload)
+            frame = HPUB_REPLY_FMT % (subj, prefix + token.encode(), len(hblock), size, hblock, payload)
         elif prefix:
             frame, size = _frame(subject, payload, hdrs, prefix + token.encode())
         else:

@@ -40,7 +40,7 @@ from jscore.errors import (
     StreamNotFoundError,
 )
 from jscore.headers import encode_headers
-from jscore.protocol import check_publish_subject
+from jscore.protocol import MSG_ID_BLOCK_FMT, check_publish_subject, encode_hpub, msg_id_frame_encoder
 from jscore.publish import check_msg_id, publish_headers
 from jssync.bulk import BulkPublisher
 
@@ -325,7 +325,6 @@ def _checked_keys(config: NatsConfig) -> frozenset[object]:
 
 
 _BATCH: Final = 64  # rows per hand-over to the bulk publisher (one lock, one write)
-_MSG_ID_HDR: Final = b"NATS/1.0\r\nNats-Msg-Id: "
 _tuple_item = tuple.__getitem__  # (pyspark's Row.__getitem__ is Python code; a Row is a tuple)
 
 Build = Callable[[Any, int], bytes]
@@ -459,10 +458,7 @@ class PartitionWriter:
             subj = check_publish_subject(self._options.subject, "subject")
         except BadSubjectError as exc:
             raise InvalidOptionError(f"subject: {exc}") from None
-        head = b"HPUB %s %s" % (subj, self._reply)
-        mid_prefix = self._prefix.encode()
-        base = len(_MSG_ID_HDR) + len(mid_prefix) + 4  # + the index digits
-        limit = self._max_payload
+        encode = msg_id_frame_encoder(subj, self._reply, self._prefix.encode(), self._max_payload, _too_big)
         general = self._frame
         column = self._options.data_column
 
@@ -475,12 +471,7 @@ class PartitionWriter:
                 data = row
             if data.__class__ is not bytes:
                 data = _payload(data, column)
-            ib = b"%d" % index
-            hl = base + len(ib)
-            size = hl + len(data)
-            if size > limit:
-                raise _too_big(index, size, limit)
-            return b"%s%s %d %d\r\nNATS/1.0\r\nNats-Msg-Id: %s%s\r\n\r\n%s\r\n" % (head, ib, hl, size, mid_prefix, ib, data)
+            return encode(index, data)
 
         return build
 
@@ -523,16 +514,15 @@ class PartitionWriter:
             raise InvalidOptionError(f"subject: row {index}: {exc}") from None
         user = _headers(headers, opts.headers_column) if headers is not None else None
         if user is None:
-            hdr = b"%s%s\r\n\r\n" % (_MSG_ID_HDR, mid.encode())
+            hdr = MSG_ID_BLOCK_FMT % mid.encode()
         else:
             merged, _ = publish_headers(user, msg_id=mid)
             assert merged is not None
             hdr = encode_headers(merged)
-        hl = len(hdr)
-        size = hl + len(payload)
+        size = len(hdr) + len(payload)
         if size > self._max_payload:
             raise _too_big(index, size, self._max_payload)
-        return b"HPUB %s %s%d %d %d\r\n%s%s\r\n" % (subj_b, self._reply, index, hl, size, hdr, payload)
+        return encode_hpub(subj_b, b"%s%d" % (self._reply, index), hdr, payload)
 
     # -- the end of the partition
 

@@ -617,6 +617,18 @@ def test_unknown_command_raises() -> None:
         m.handle("stop", 0.1)  # type: ignore[arg-type]
 
 
+def test_seeded_with_what_the_transport_already_holds() -> None:
+    """An ordered consumer's next consume starts with the messages its predecessor delivered
+    that the application has not taken yet: they count against the buffer."""
+    opts = resolve_consume_options(max_messages=10, threshold_messages=5)
+    m = ConsumeMachine(opts, 0.0, buffered_messages=7, buffered_bytes=700)
+    assert pulls(events(m)) == [], "7 queued: above the threshold, no pull"
+    m.handle(MessagesTaken(count=2, size=200), 0.1)
+    [p] = pulls(events(m))
+    assert body(p)["batch"] == 10 - 5
+    assert (m.buffered_messages, m.pending_messages) == (5, 5)
+
+
 # ---------------------------------------------------------------- ack_next (+NXT)
 
 

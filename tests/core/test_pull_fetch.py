@@ -17,6 +17,8 @@ from jscore.pull import (
     ConnectionLost,
     ConnectionRestored,
     Drain,
+    ConsumerGone,
+    FetchEnd,
     FetchFinished,
     FetchMachine,
     MessagesTaken,
@@ -201,3 +203,41 @@ def test_next_is_fetch_one() -> None:
     m.receive_msg(user(), 0.3)
     evs = events(m)
     assert len(delivered(evs)) == 1 and isinstance(evs[-1], FetchFinished)
+
+
+def test_every_end_is_typed() -> None:
+    """What ended a fetch is a FetchEnd, never to be read from the free-text reason: only the
+    server's ends (batch reached, a status line) say that nothing more is coming."""
+    m, _ = fetch(max_messages=1, expires=1)
+    m.receive_msg(user(), 0.1)
+    end = finished(m)
+    assert end.end is FetchEnd.BATCH_COMPLETE and end.server_ended
+
+    m, _ = fetch(max_bytes=100, expires=1)
+    m.receive_msg(user(100), 0.1)
+    assert finished(m).end is FetchEnd.BATCH_COMPLETE
+
+    for st_ in (status(408, "Request Timeout"), status(404, "No Messages"), status(409, "Consumer Deleted"),
+                status(423, "Nats-Pin-Id mismatch"), status(503)):
+        m, _ = fetch(max_messages=5, expires=1)
+        m.receive_msg(st_, 0.5)
+        end = finished(m)
+        assert end.end is FetchEnd.STATUS and end.server_ended and end.status == st_.status
+
+    m, _ = fetch(max_messages=5, expires=1)
+    m.handle_timeout(1.25)
+    end = finished(m)
+    assert end.end is FetchEnd.CLIENT_TIMER and not end.server_ended and end.error is None
+
+    m, _ = fetch(max_messages=5, expires=2, heartbeat=0.5)
+    m.handle_timeout(1.0)
+    end = finished(m)
+    assert end.end is FetchEnd.HEARTBEAT_MISSED and not end.server_ended
+
+    for cmd, kind in ((Stop(), FetchEnd.STOPPED), (Drain(), FetchEnd.STOPPED),
+                      (ConnectionLost(), FetchEnd.CONNECTION_LOST),
+                      (ConsumerGone(error=ConsumerDeletedError("gone")), FetchEnd.CONSUMER_GONE)):
+        m, _ = fetch(max_messages=5, expires=1)
+        m.handle(cmd, 0.1)  # type: ignore[arg-type]
+        end = finished(m)
+        assert end.end is kind and not end.server_ended

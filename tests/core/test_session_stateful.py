@@ -1,6 +1,7 @@
 """A hypothesis state machine driving one core Session with many sub-machines at once: fetches,
-consumes, batched direct gets, requests and a publish window, through server messages and
-statuses, PubAcks, virtual time, disconnects, reconnects and the final close.
+consumes, ordered consumers, batched direct gets, requests and a publish window, through server
+messages and statuses, consumer creates, PubAcks, virtual time, disconnects, reconnects and the
+final close.
 
 Invariants checked after every step:
 
@@ -14,7 +15,9 @@ Invariants checked after every step:
 * nothing is written to the wire while disconnected, and no pull request leaves for a machine
   that has ended;
 * the publish ledger: every publish added to the window is settled exactly once, or still in
-  flight; after the close every one is settled and every machine has ended.
+  flight; after the close every one is settled and every machine has ended;
+* an ordered consumer hands its application stream sequences 1, 2, 3 ... with none skipped or
+  repeated, whatever gaps, resets and reconnects happened.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from jscore import events as ev
 from jscore import pull as P
 from jscore.connection import ConnectOptions, State
 from jscore.machine import MachineFailed, Stop
+from jscore.ordered import OrderedConsumerState, OrderedFinished, OrderedMachine, OrderedMessageDelivered
 from jscore.pubmachines import PROGRESS, AsyncPublishMachine, PublisherClosed, WatchLevel
 from jscore.publish import PENDING, PendingPublish, PublishWindow
 from jscore.session import Session
@@ -39,7 +43,7 @@ from tests.core.test_connection import client_frames
 
 TARGET = "$JS.API.CONSUMER.MSG.NEXT.S.C"
 ACK = "$JS.ACK.S.C.1.{seq}.{seq}.1700000000000000000.0"
-TERMINAL = (P.FetchFinished, P.ConsumeTerminated, DG.DirectGetFinished, PublisherClosed, MachineFailed)
+TERMINAL = (P.FetchFinished, P.ConsumeTerminated, DG.DirectGetFinished, PublisherClosed, MachineFailed, OrderedFinished)
 
 
 class Op:
@@ -53,6 +57,11 @@ class Op:
         self.ended = False
         self.delivered = 0
         self.sent = 0  # user messages the server sent to its inbox while it was on the session
+        # ordered: the server consumer the test created for it last, and where it stands
+        self.consumer: str | None = None
+        self.next_sseq = 1
+        self.next_cseq = 1
+        self.seqs: list[int] = []  # stream sequences handed to the application
 
     def sink(self, e: Any) -> None:
         assert not self.ended, f"{self.kind}: event {e!r} after its end"
@@ -61,6 +70,8 @@ class Op:
             self.ended = True
         if e.__class__ is P.MessageDelivered:
             self.delivered += 1
+        if e.__class__ is OrderedMessageDelivered:
+            self.seqs.append(e.metadata.sequence.stream)
 
 
 class SessionMachine(RuleBasedStateMachine):
@@ -83,6 +94,8 @@ class SessionMachine(RuleBasedStateMachine):
         self.settled: dict[int, int] = {}  # id(entry) -> times seen settled
         self.publisher: Op | None = None
         self.requests: list[str] = []
+        self.creates: list[tuple[Op, str, str]] = []  # (ordered op, consumer name, reply subject)
+        self.ordered_n = 0
         self.replies = 0
         self.seq = 0
         self.closed = False
@@ -110,6 +123,11 @@ class SessionMachine(RuleBasedStateMachine):
                 f"wrote {data[:60]!r} in state {self.conn.state}"
             )
         frames = client_frames(data)
+        for f in frames:
+            if f[0] == "PUB" and ".CONSUMER.CREATE." in f[1] and f[2]:
+                for o in self.ops:
+                    if o.kind == "ordered" and f[2].startswith(self.s.inbox_of(o.slot)):
+                        self.creates.append((o, f[1].rsplit(".", 1)[1], f[2]))
         ended_inboxes = {self.s.inbox_of(o.slot) for o in self.ops if o.ended}
         for f in frames:
             if f[0] == "PUB" and f[1] == TARGET:
@@ -177,6 +195,46 @@ class SessionMachine(RuleBasedStateMachine):
         self.attach(Op("direct", DG.DirectGetBatch("$JS.API.DIRECT.GET.S", options, timeout=2.0, now=self.now)))
 
     @precondition(lambda self: not self.closed)
+    @rule(fetch=st.booleans(), hb=st.sampled_from([None, 1.0]))
+    def start_ordered(self, fetch: bool, hb: float | None) -> None:
+        self.ordered_n += 1
+        state = OrderedConsumerState("S", None, name_prefix=f"O{self.ordered_n}")
+        opts: Any = (
+            P.resolve_fetch_options(max_messages=5, expires=3.0, heartbeat=hb)
+            if fetch
+            else P.resolve_consume_options(max_messages=5, expires=5.0, heartbeat=hb)
+        )
+        m = OrderedMachine(state, opts, self.now, request_timeout=2.0, connected=self.conn.is_connected)
+        self.attach(Op("ordered", m), wildcard=True)
+
+    @precondition(lambda self: self.conn.is_connected and any(not o.ended for o, _, _ in self.creates))
+    @rule(data=st.data(), fail=st.sampled_from([False, False, False, True]))
+    def ordered_create_reply(self, data: st.DataObject, fail: bool) -> None:
+        pending = [c for c in self.creates if not c[0].ended]
+        op, name, reply = data.draw(st.sampled_from(pending))
+        self.creates.remove((op, name, reply))
+        if fail:
+            body = json.dumps({"error": {"code": 503, "err_code": 10008, "description": "JetStream system temporarily unavailable"}}).encode()
+        else:
+            op.consumer = name
+            op.next_sseq = (op.seqs[-1] + 1) if op.seqs else 1
+            op.next_cseq = 1
+            body = json.dumps({"stream_name": "S", "name": name, "config": {"ack_policy": "none"},
+                               "delivered": {"consumer_seq": 0, "stream_seq": op.next_sseq - 1}}).encode()
+        self.feed(b"MSG %s %d %d\r\n%s\r\n" % (reply.encode(), self.sid_of(op), len(body), body))
+
+    @precondition(lambda self: self.conn.is_connected and any(o.consumer for o in self.running(("ordered",))))
+    @rule(data=st.data(), gap=st.sampled_from([0, 0, 0, 0, 1]))
+    def ordered_message(self, data: st.DataObject, gap: int) -> None:
+        op = data.draw(st.sampled_from([o for o in self.running(("ordered",)) if o.consumer]))
+        # (a gap: the server lost a delivery, so the consumer sequence skips one; a stream
+        # sequence that skips alone is not a gap: a filter or a deleted message)
+        sseq, cseq = op.next_sseq + gap, op.next_cseq + gap
+        op.next_sseq, op.next_cseq = sseq + 1, cseq + 1
+        reply = f"$JS.ACK.S.{op.consumer}.1.{sseq}.{cseq}.1700000000000000000.0"
+        self.feed(b"MSG s.a %d %s 1\r\nx\r\n" % (self.sid_of(op), reply.encode()))
+
+    @precondition(lambda self: not self.closed)
     @rule(n=st.integers(1, 5), msg_id=st.booleans())
     def publish_async(self, n: int, msg_id: bool) -> None:
         if self.publisher is None or self.publisher.ended:
@@ -194,6 +252,7 @@ class SessionMachine(RuleBasedStateMachine):
         window = m.window
         for _ in range(n):
             entry = PendingPublish("orders.new", b"x", None, f"id{len(self.entries)}" if msg_id else None)
+            entry.watched = True  # (the ledger counts the settled entries the machine hands over)
             first = not window.pending
             token = window.next_token()
             window.add(entry, self.now, m.gen if m.connected else m.gen + 1, token)
@@ -303,10 +362,10 @@ class SessionMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ the application
 
-    @precondition(lambda self: not self.closed and bool(self.running(("fetch", "consume", "direct"))))
+    @precondition(lambda self: not self.closed and bool(self.running(("fetch", "consume", "direct", "ordered"))))
     @rule(data=st.data())
     def stop(self, data: st.DataObject) -> None:
-        op = data.draw(st.sampled_from(self.running(("fetch", "consume", "direct"))))
+        op = data.draw(st.sampled_from(self.running(("fetch", "consume", "direct", "ordered"))))
         self.s.command(op.slot, Stop(), self.now)
         self.events()
         self.wire()
@@ -401,6 +460,8 @@ class SessionMachine(RuleBasedStateMachine):
                 assert m.delivered <= m.options.batch
             if op.kind == "consume":
                 assert m.pending_messages >= 0 and m.pending_bytes >= 0 and m.buffered_messages >= 0
+            if op.kind == "ordered":
+                assert op.seqs == list(range(1, len(op.seqs) + 1)), op.seqs
 
     @invariant()
     def publish_ledger(self) -> None:

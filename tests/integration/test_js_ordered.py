@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from jssync import Client
+from jscore.ordered import OrderedConsumerReset, ResetReason
 from jssync.errors import InvalidOptionError, NoMessagesError, OrderedConsumerResetError, StreamNotFoundError
 from jssync.server import NatsServer
 from tests.integration import clients, wait_until
@@ -70,9 +71,19 @@ def test_deleted_consumer_is_recreated_after_the_last_sequence(
                 _fill(nc, "OD", "od.x", 100, start=200)
             if len(got) == 300:
                 break
+        notes = stream.notifications()
     assert got == list(range(300)), "gap or duplicate across the recreation"
     assert oc.state.serial >= 2 and oc.name != first
     assert oc.state.last_reason is not None
+    resets = [n for n in notes if isinstance(n, OrderedConsumerReset)]
+    # (409 Consumer Deleted to a waiting pull, or 503 to the next one, or heartbeats missed)
+    assert resets and resets[0].reason in (
+        ResetReason.CONSUMER_DELETED, ResetReason.NO_RESPONDERS, ResetReason.HEARTBEAT_MISSED
+    )
+    # a stopped stream deleted its server consumer; the ordered consumer goes on from its cursor
+    wait_until(lambda: oc.name not in list(js.stream("OD").consumer_names()), 5, what="consumer deleted")
+    _fill(nc, "OD", "od.x", 1, start=300)
+    assert int(oc.next(timeout=2.0).data) == 300
 
 
 def test_dropped_frame_is_detected_as_a_gap_and_healed(
@@ -200,3 +211,30 @@ def test_ordered_consume_survives_a_server_restart(
                 break
     assert got == list(range(150))
     assert oc.state.resets >= 1
+
+
+def test_no_call_overshoots_its_timeout_during_a_backoff(
+    nats_server_factory: Callable[..., NatsServer], clients: Callable[..., Client]
+) -> None:
+    """Without JetStream every create fails (no responders), so the ordered consumer backs off
+    1, 2, 4, 8 s. A ``next(timeout=1)`` returns by its own deadline (expires + 0.25 s grace)
+    whatever the backoff, and so does a ``messages().next(timeout=1)``."""
+    srv = nats_server_factory(jetstream=False)
+    nc = clients(srv.url)
+    oc = nc.jetstream(timeout=2.0).ordered_consumer("NOJS")
+    for i in range(6):
+        started = time.monotonic()
+        with pytest.raises(NoMessagesError):
+            oc.next(timeout=1.0)
+        took = time.monotonic() - started
+        assert took < 1.6, f"next(timeout=1) number {i} took {took:.2f} s"
+    assert oc.state.strikes >= 3 and str(oc.state.state) == "backoff"
+    with oc.messages(expires=2.0) as stream:
+        started = time.monotonic()
+        with pytest.raises(NoMessagesError):
+            stream.next(timeout=1.0)
+        assert time.monotonic() - started < 1.3
+    started = time.monotonic()
+    with pytest.raises(NoMessagesError):  # (a no_wait fetch: the client's 5 s at most)
+        oc.fetch(10, no_wait=True, expires=None)
+    assert time.monotonic() - started < 5.6
