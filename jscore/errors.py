@@ -79,6 +79,7 @@ __all__ = [
     "ConsumerDeletedError",
     "NoHeartbeatError",
     "PinIdMismatchError",
+    "NoConsumerInfoError",
     "MsgAlreadyAckedError",
 ]
 
@@ -444,6 +445,11 @@ class NoHeartbeatError(JetStreamError, TimeoutError):
 
 class PinIdMismatchError(JetStreamError):
     """The server answered 423: this client's pin id is no longer the pinned one."""
+
+
+class NoConsumerInfoError(JetStreamError):
+    """A consumer handle bound without its info (``js.consumer(..., bind=True)``) was asked for
+    its cached info, or for something that needs it, before ``consumer.info()`` succeeded."""
 
 
 class MsgAlreadyAckedError(JetStreamError):

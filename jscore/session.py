@@ -40,7 +40,7 @@ from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Machi
 from .protocol import MsgReceived
 from .jsmsg import WPI, ProgressRequested
 from .pubmachines import FramesRequested, PublishRequested, SendFailed
-from .pull import Drain, FlowControlReplyRequested, PullRequested
+from .pull import AckNextRequested, Drain, FlowControlReplyRequested, PullRequested
 
 __all__ = [
     "Attach",
@@ -113,6 +113,7 @@ class Session:
             PublishRequested: self._write_publish,
             FramesRequested: self._write_frames,
             ProgressRequested: self._write_progress,
+            AckNextRequested: self._write_ack_next,
             SendRequested: self._write_send,
         }
 
@@ -407,6 +408,13 @@ class Session:
             self.conn.publish_ack(e.reply, WPI)
         except NatsError:
             pass  # the connection is gone for good: nothing to extend
+
+    def _write_ack_next(self, slot: _Slot, e: AckNextRequested) -> None:
+        # (a failure is the application's ack failing, not the machine's: it goes on)
+        if e.pull and slot.inbox:
+            self.conn.publish(e.reply, e.body, slot.inbox)
+        else:
+            self.conn.publish_ack(e.reply, e.body)
 
     def _write_frames(self, slot: _Slot, e: FramesRequested) -> None:
         self.conn.publish_frames(e.data, e.count)  # (not connected: the machine re-sends later)

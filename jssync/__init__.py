@@ -28,10 +28,20 @@ from jscore.models import (
     StreamState,
 )
 from jscore.jsmsg import MsgMetadata, SequencePair
+from jscore.models import PauseResponse
+from jscore.times import NatsTime
 
 from . import errors, events
 from .client import Client, Subscription, connect
 from .consumer import Consumer
+from .events import (
+    ConsumerReconnected,
+    ConsumeTerminated,
+    HeartbeatMissed,
+    PinIdChanged,
+    PinIdCleared,
+    StatusWarning,
+)
 from .jetstream import JetStream
 from .msg import JsMsg, Msg
 from .ordered import OrderedConsumeContext, OrderedConsumer, OrderedMessageStream
@@ -60,6 +70,13 @@ __all__ = [
     "OrderedConsumer",
     "OrderedConsumeContext",
     "OrderedMessageStream",
+    # consume notifications
+    "HeartbeatMissed",
+    "StatusWarning",
+    "PinIdChanged",
+    "PinIdCleared",
+    "ConsumerReconnected",
+    "ConsumeTerminated",
     # models
     "StreamConfig",
     "StreamInfo",
@@ -71,6 +88,8 @@ __all__ = [
     "StoredMsg",
     "MsgMetadata",
     "SequencePair",
+    "PauseResponse",
+    "NatsTime",
     # enums
     "RetentionPolicy",
     "DiscardPolicy",

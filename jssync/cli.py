@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from jscore.errors import NatsError
+from jscore.times import NatsTime
 
 from .client import Client, connect
 from .jetstream import JetStream
@@ -123,6 +124,7 @@ def demo(url: str | None, auth: Auth | None = None) -> int:
                 check("NoRespondersError raised", type(exc).__name__ == "NoRespondersError")
 
             _demo_jetstream(nc, check)
+            _demo_priority(nc, server, check)
 
             stats = nc.stats
             _say(f"stats: {stats}")
@@ -216,6 +218,89 @@ def _demo_consume(js: JetStream, stream: str, check: Callable[[str, bool], None]
     _say(f"    ordered consumer on demo.orders.1: {len(msgs)} messages, in stream order")
     seqs = [m.metadata.sequence.stream for m in msgs]
     check("the ordered consumer read demo.orders.1 once, in order", len(msgs) == 25 and seqs == sorted(set(seqs)))
+
+
+def _demo_priority(nc: Client, server: str, check: Callable[[str, bool], None]) -> None:
+    """Two workers, each with its own connection, share a pinned priority group (ADR-42): one is
+    pinned and gets every message; when it stops, the server pins the other after the
+    consumer's priority_timeout."""
+    from .events import PinIdChanged
+    from .pull import ConsumeContext
+
+    _say("Priority groups (ADR-42): two workers on a pinned_client group, priority_timeout 2 s:")
+    js = nc.jetstream()
+    with contextlib.suppress(NatsError):
+        js.delete_stream("JSSYNC_DEMO_JOBS")
+    js.create_stream(name="JSSYNC_DEMO_JOBS", subjects=["demo.jobs"], storage="memory")
+    # ack_wait 2 s: jobs already sent to worker-1 when it stops come back to worker-2 soon.
+    js.create_consumer("JSSYNC_DEMO_JOBS", durable_name="workers", ack_policy="explicit", ack_wait=2.0,
+                       priority_groups=["jobs"], priority_policy="pinned_client", priority_timeout=2.0)
+    lock = threading.Condition()
+    got: dict[str, list[bytes]] = {"worker-1": [], "worker-2": []}
+    pins: dict[str, list[str]] = {"worker-1": [], "worker-2": []}
+    first_of_2: list[float] = []
+
+    def worker(name: str) -> tuple[Client, ConsumeContext]:
+        wc = connect(server, name=f"jssync-demo-{name}")
+
+        def handle(msg: JsMsg) -> None:
+            with lock:
+                got[name].append(msg.data)
+                if name == "worker-2" and not first_of_2:
+                    first_of_2.append(time.monotonic())
+                lock.notify_all()
+            msg.ack()
+
+        def on_event(e: object) -> None:
+            if isinstance(e, PinIdChanged):
+                with lock:
+                    pins[name].append(e.pin_id)
+
+        cc = wc.jetstream().consumer("JSSYNC_DEMO_JOBS", "workers").consume(handle, group="jobs", on_event=on_event)
+        return wc, cc
+
+    w1, cc1 = worker("worker-1")
+    sent: list[bytes] = []
+    try:
+        for i in range(20):
+            sent.append(b"job-%d" % i)
+            js.publish("demo.jobs", sent[-1])
+        with lock:
+            lock.wait_for(lambda: len(got["worker-1"]) >= 20, 5.0)
+        w2, cc2 = worker("worker-2")
+        try:
+            for i in range(20, 30):
+                sent.append(b"job-%d" % i)
+                js.publish("demo.jobs", sent[-1])
+                time.sleep(0.05)
+            with lock:
+                lock.wait_for(lambda: len(got["worker-1"]) + len(got["worker-2"]) >= 30, 5.0)
+                n1, n2 = len(got["worker-1"]), len(got["worker-2"])
+            _say(f"    worker-1 pinned (pin {pins['worker-1'][:1]}): {n1} jobs; worker-2 on standby: {n2} jobs")
+            check("only the pinned worker receives", n1 == 30 and n2 == 0)
+            cc1.stop()
+            stopped = time.monotonic()
+            _say("    worker-1 stops; jobs keep coming ...")
+            for i in range(30, 80):
+                sent.append(b"job-%d" % i)
+                js.publish("demo.jobs", sent[-1])
+                time.sleep(0.05)
+            with lock:
+                lock.wait_for(lambda: len(set(got["worker-1"] + got["worker-2"])) >= len(sent), 8.0)
+                after = first_of_2[0] - stopped if first_of_2 else None
+                n1, n2 = len(got["worker-1"]), len(got["worker-2"])
+                everything = sorted(got["worker-1"] + got["worker-2"]) == sorted(sent)
+            when = f"{after:.1f} s" if after is not None else "never"
+            _say(f"    worker-2 pinned {when} later (pin {pins['worker-2'][:1]}): {n2} jobs; worker-1 kept {n1}")
+            check("the standby took over after priority_timeout, every job handled once",
+                  after is not None and after < 6.0 and everything and len(pins["worker-2"]) == 1)
+        finally:
+            cc2.stop()
+            w2.close()
+    finally:
+        cc1.stop()
+        w1.close()
+        js.delete_stream("JSSYNC_DEMO_JOBS")
 
 
 def demo_spark(url: str | None, rows: int = 20_000) -> int:
@@ -374,9 +459,16 @@ def bench(url: str | None, msgs: int, size: int, requests: int, auth: Auth | Non
     return 0
 
 
+def _json_hook(obj: object) -> object:
+    if isinstance(obj, NatsTime):
+        return obj.rfc3339()  # (msgspec encodes only exact datetimes by itself)
+    return float(obj)  # type: ignore[arg-type]  # Duration: float seconds
+
+
 def _print_json(value: object) -> None:
-    """Pretty JSON for people: durations shown as float seconds (the wire has nanoseconds)."""
-    print(msgspec.json.format(msgspec.json.encode(value, enc_hook=float), indent=2).decode())
+    """Pretty JSON for people: durations shown as float seconds (the wire has nanoseconds),
+    server times with their nanoseconds."""
+    print(msgspec.json.format(msgspec.json.encode(value, enc_hook=_json_hook), indent=2).decode())
 
 
 def stream_cmd(url: str | None, action: str, name: str | None, subjects: str | None,

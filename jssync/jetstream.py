@@ -34,6 +34,7 @@ from jscore.models import (
     ConsumerInfo,
     ConsumerListResponse,
     ConsumerNamesResponse,
+    PauseResponse,
     PubAck,
     StreamConfig,
     StreamInfo,
@@ -300,9 +301,21 @@ class JetStream:
     def consumer_info(self, stream: str, name: str, *, timeout: float | None = None) -> ConsumerInfo:
         return self._call(self._subjects.consumer_info(stream, name), b"", ConsumerInfo, timeout)
 
-    def consumer(self, stream: str, name: str, *, timeout: float | None = None) -> Consumer:
-        """A handle on an existing consumer (:class:`ConsumerNotFoundError`,
-        :class:`StreamNotFoundError`)."""
+    def consumer(self, stream: str, name: str, *, bind: bool = False, timeout: float | None = None) -> Consumer:
+        """A handle on an existing consumer: its info is fetched (:class:`ConsumerNotFoundError`,
+        :class:`StreamNotFoundError`).
+
+        ``bind=True`` makes the handle from the names alone, without any request (ADR-37: the
+        info of a consumer exported from another account cannot be read there). It pulls like
+        any other; a consumer that does not exist shows up on the first pull (a consume
+        retries 503 no responders, then asks for the info; a fetch ends with the error). What
+        needs the configuration is checked only once :meth:`Consumer.info` succeeded:
+        priority-group options go to the server unchecked until then, and ``cached_info``
+        raises :class:`NoConsumerInfoError`."""
+        if not isinstance(bind, bool):
+            raise InvalidOptionError(f"bind must be a bool, got {bind!r}")
+        if bind:
+            return Consumer(self, None, stream=stream, name=name)
         return Consumer(self, self.consumer_info(stream, name, timeout=timeout))
 
     def delete_consumer(self, stream: str, name: str, *, timeout: float | None = None) -> None:
@@ -331,9 +344,27 @@ class JetStream:
         return jsapi.iter_pages(fetch)
 
     def unpin_consumer(self, stream: str, name: str, group: str, *, timeout: float | None = None) -> None:
-        """Unpin the pinned client of priority ``group`` (ADR-42): the next pull gets the pin."""
+        """Unpin the pinned client of priority ``group`` (ADR-42): the next pull gets the pin.
+        ``$JS.API.CONSUMER.UNPIN.<stream>.<consumer>`` with ``{"group": ...}`` (nats-server 2.15;
+        ADR-42 names the group as a subject token instead, which the server does not serve).
+        :class:`PriorityGroupNotFoundError` for a group the consumer does not have."""
         body = jsapi.unpin_request(group)
         self._call(self._subjects.consumer_unpin(stream, name), body, SuccessResponse, timeout)
+
+    def pause_consumer(
+        self, stream: str, name: str, until: datetime, *, timeout: float | None = None
+    ) -> PauseResponse:
+        """Pause consumer ``name`` until ``until`` (an aware datetime; a time in the past
+        resumes it): ``$JS.API.CONSUMER.PAUSE.<stream>.<consumer>`` with ``{"pause_until": ...}``.
+        While paused, pulls wait and get heartbeats but no messages."""
+        if until is None:
+            raise InvalidOptionError("until must be a datetime (use resume_consumer to resume)")
+        body = jsapi.pause_request(until)
+        return self._call(self._subjects.consumer_pause(stream, name), body, PauseResponse, timeout)
+
+    def resume_consumer(self, stream: str, name: str, *, timeout: float | None = None) -> PauseResponse:
+        """Resume a paused consumer now (``CONSUMER.PAUSE`` with ``{}``)."""
+        return self._call(self._subjects.consumer_pause(stream, name), jsapi.pause_request(None), PauseResponse, timeout)
 
     # ------------------------------------------------------------------ publishing
 

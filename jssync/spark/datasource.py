@@ -580,7 +580,7 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
         datas.append(msg.data)
         headers.append(_headers_dict(msg))
         seqs.append(meta.sequence.stream)
-        stamps.append((meta.timestamp_ns + 500) // 1000)  # microseconds, rounded like meta.timestamp
+        stamps.append(meta.timestamp_ns // 1000)  # microseconds, truncated like meta.timestamp
         if len(seqs) >= rows:
             yield batch()
     if seqs:
