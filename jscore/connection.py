@@ -10,6 +10,8 @@ Every state change of the machine lives in this module.
 
 from __future__ import annotations
 
+import builtins
+
 import enum
 from collections import deque
 from collections.abc import Sequence
@@ -21,6 +23,7 @@ import msgspec
 from . import events as ev
 from .auth import Credentials, connect_auth_fields
 from .errors import (
+    ConnectTimeoutError,
     AuthorizationError,
     BadSubjectError,
     AuthorizationExpiredError,
@@ -710,7 +713,9 @@ class Connection:
     def _no_servers_error(self, error: Exception | None) -> Exception:
         if isinstance(error, _REFUSALS):
             return error
-        err = NoServersError(f"could not connect to any server ({', '.join(self.servers) or 'pool empty'}): {error}")
+        what = f"could not connect to any server ({', '.join(self.servers) or 'pool empty'}): {error}"
+        # (the builtin TimeoutError: the machine's connect timer and the socket's own timeout)
+        err = ConnectTimeoutError(what) if isinstance(error, builtins.TimeoutError) else NoServersError(what)
         err.__cause__ = error
         return err
 

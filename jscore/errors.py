@@ -14,6 +14,7 @@ __all__ = [
     "ConnectionClosedError",
     "ConnectionLostError",
     "NoServersError",
+    "ConnectTimeoutError",
     "AuthorizationError",
     "AuthorizationExpiredError",
     "AuthorizationRevokedError",
@@ -121,6 +122,12 @@ class SecureConnectionRequiredError(NatsError):
 
 class TimeoutError(NatsError, builtins.TimeoutError):  # noqa: A001 - deliberate shadow
     """A blocking call ran out of time. Also a builtin :class:`TimeoutError`."""
+
+
+class ConnectTimeoutError(NoServersError, TimeoutError):
+    """No server could be reached and the last attempt ran out of time (no TCP connection, no
+    INFO, no PONG within ``connect_timeout``): a :class:`NoServersError` and a
+    :class:`TimeoutError`."""
 
 
 class NoRespondersError(NatsError):

@@ -310,6 +310,7 @@ class Client:
         self._io_thread: threading.Thread | None = None
         self._wbuf_len = 0
         self._spill = bytearray()  # output a caller could not write itself (see _kick_locked)
+        self._close_by = float("inf")  # close(timeout): queued output must leave by then
         self._deferred = False  # acks queued without waking the I/O thread (_publish_to_reply)
         self._rbuf = bytearray(_READ_SIZE)  # the I/O thread's read buffer (see _read)
         self._rview = memoryview(self._rbuf)
@@ -360,12 +361,18 @@ class Client:
         timeout = check_timeout(timeout)
         if self._fork_gen != _fork_generation:
             return  # the threads and socket belong to the parent process
+        deadline = _monotonic() + timeout
         with self._lock:
+            # Queued output gets until 3/4 of the timeout to leave (2 s at most), so the close
+            # itself is done within the timeout.
+            self._close_by = min(self._close_by, _monotonic() + timeout * 0.75)
             if not self._conn.is_closed:
                 self._conn.close(_monotonic())
             self._wake_locked()
-        self._closed.wait(timeout)
-        self._join_threads(timeout)
+        if not self._closed.wait(timeout * 0.9):
+            # The I/O thread did not finish in time (a server that does not read): close now.
+            self._fail_everything(ConnectionClosedError(f"closed after {timeout:g} s with output still queued"))
+        self._join_threads(max(0.0, deadline - _monotonic()))
 
     def _join_threads(self, timeout: float) -> None:
         me = threading.current_thread()
@@ -947,7 +954,7 @@ class Client:
             cur = self._sock
             if cur is not None and wbuf and d.error is None:
                 # A user close: give queued output a short chance to leave.
-                deadline = _monotonic() + 2.0
+                deadline = min(_monotonic() + 2.0, self._close_by)
                 while wbuf and _monotonic() < deadline:
                     try:
                         _, w, _ = select.select([], [cur], [], max(0.0, deadline - _monotonic()))

@@ -123,3 +123,41 @@ def test_a_sync_publish_in_flight_at_a_disconnect_does_not_wait_out_its_timeout(
     assert msgs in (2, 3)  # warm, with-id, and no-id if the server stored it: never two with-id
     again = admin.jetstream().publish(f"{name.lower()}.a", b"with-id", msg_id="m-1")
     assert again.duplicate and again.seq == ack.seq
+
+
+def test_close_returns_by_its_timeout_with_output_queued_to_a_server_that_does_not_read(
+    nats_url: str, clients: Callable[..., Client], fault_proxy: Callable[..., FaultProxy]
+) -> None:
+    proxy = fault_proxy(nats_url)
+    nc = clients(proxy.url, ping_interval=60.0)
+    nc.flush()
+    proxy.stall("both")  # the server side reads nothing more: our output piles up
+    payload = b"x" * 60_000
+    for _ in range(300):  # ~18 MB: more than the socket buffers take
+        nc.publish("t.close", payload)
+    t0 = time.monotonic()
+    nc.close(timeout=1.0)
+    took = time.monotonic() - t0
+    assert took < 1.3, took
+    assert nc.is_closed
+    with pytest.raises(jssync.errors.ConnectionClosedError):
+        nc.publish("t.close", b"x")
+
+
+def test_connect_to_a_server_that_never_sends_info_is_a_timeout() -> None:
+    import socket
+
+    from jscore.errors import ConnectTimeoutError, NoServersError
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)  # accepts (the kernel does), never writes a byte
+    try:
+        url = f"nats://127.0.0.1:{listener.getsockname()[1]}"
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError) as info:
+            jssync.connect(url, connect_timeout=0.3, reconnect=False)
+        assert isinstance(info.value, ConnectTimeoutError) and isinstance(info.value, NoServersError)
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        listener.close()
