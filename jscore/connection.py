@@ -204,6 +204,11 @@ def _redact(url: str) -> str:
     return f"{scheme}{sep}***@{tail}" if sep else f"***@{tail}"
 
 
+MAX_BACKLOG: Final = 64 * 1024 * 1024
+"""Bytes queued for a server that does not read them, past which it is stale (see
+:meth:`Connection.check_backlog`): twice the level at which publishers are made to wait."""
+
+
 class State(enum.Enum):
     IDLE = "idle"  # start() not called yet
     WAITING = "waiting"  # reconnect timer armed
@@ -531,6 +536,20 @@ class Connection:
             self.msgs_out += count
             return True
         return False
+
+    def check_backlog(self, queued: int) -> bool:
+        """The transport reports how many bytes it holds unwritten (the server is not reading
+        them). Past :data:`MAX_BACKLOG` the server is treated as stale: the connection is closed
+        (and re-established), so a server that sends without reading (a PING flood, say)
+        cannot grow the client without bound. True when that happened."""
+        if queued <= MAX_BACKLOG or self.state is not State.CONNECTED:
+            return False
+        err = StaleConnectionError(
+            f"the server does not read what we send ({queued} bytes queued, the limit is {MAX_BACKLOG})"
+        )
+        self._events.append(ev.ServerError(error=err, fatal=True))
+        self._close_transport(err)
+        return True
 
     def publish_ack(self, subject: str, payload: bytes) -> None:
         """Publish to a reply subject the SERVER gave (an ack subject): it came out of the

@@ -135,6 +135,14 @@ class Session:
         self.conn.connection_lost(now, exc)
         self._pump(now)
 
+    def check_backlog(self, queued: int, now: float) -> bool:
+        """The transport holds ``queued`` bytes the server has not read: see
+        :meth:`Connection.check_backlog` (past the limit the connection is closed as stale)."""
+        closed = self.conn.check_backlog(queued)
+        if closed:
+            self._pump(now)
+        return closed
+
     def receive_data(self, data: bytes, now: float) -> None:
         self.conn.receive_data(data, now)
         self._pump(now)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Union
 
 from jscore import events as ev
 from jscore import status
-from jscore.connection import ConnectOptions, State
+from jscore.connection import MAX_BACKLOG, ConnectOptions, State
 from jscore.errors import (
     AuthorizationError,
     ClientForkedError,
@@ -51,6 +51,7 @@ __all__ = ["Client", "Shell", "Subscription", "connect", "shell_of"]
 EventCallback = Callable[[Any], None]
 
 _READ_SIZE: Final = 256 * 1024
+_READS_PER_TURN: Final = 4  # reads (of _READ_SIZE at most) per I/O-thread turn
 _HIGH_WATER: Final = 32 * 1024 * 1024  # queued output above which publishers wait
 _LOW_WATER: Final = 8 * 1024 * 1024
 _DEFAULT_PENDING_MSGS: Final = 512 * 1024
@@ -830,6 +831,8 @@ class Client:
                     wbuf += data  # older unsent bytes go first
                     data = b""
                 self._wbuf_len = len(wbuf) + len(data)
+                if self._wbuf_len > MAX_BACKLOG and session.check_backlog(self._wbuf_len, _monotonic()):
+                    self._route_events(directives, notices)  # (the close it asked for)
                 closed = conn.state is State.CLOSED
             for n in notices:
                 self._emit(n)
@@ -1021,8 +1024,11 @@ class Client:
         # three syscalls and page faults per read, which dominates a request's round trip.
         buf = self._rbuf
         view = self._rview
+        # At most _READS_PER_TURN reads before they are processed (and the output written, and
+        # timers fired): a flooding server cannot make one turn, or one hold of the lock, grow
+        # without bound. What is left stays in the kernel and is read on the next turn.
         try:
-            while True:
+            for _ in range(_READS_PER_TURN):
                 n = sock.recv_into(buf)
                 if not n:
                     eof = True
