@@ -55,6 +55,8 @@ _READS_PER_TURN: Final = 4  # reads (of _READ_SIZE at most) per I/O-thread turn
 _HIGH_WATER: Final = 32 * 1024 * 1024  # queued output above which publishers wait
 _LOW_WATER: Final = 8 * 1024 * 1024
 _DEFAULT_PENDING_MSGS: Final = 512 * 1024
+_DEFAULT_PENDING_BYTES: Final = 64 * 1024 * 1024
+_INF: Final = float("inf")
 _monotonic = time.monotonic
 _log = logging.getLogger("jssync")
 
@@ -93,6 +95,7 @@ class Subscription:
         queue_group: str | None,
         callback: Callable[[Msg], None] | None,
         pending_msgs_limit: int,
+        pending_bytes_limit: int = 1 << 62,
     ) -> None:
         self._client = client
         self.subject = subject
@@ -101,6 +104,12 @@ class Subscription:
         self._callback = callback
         self._q: queue.SimpleQueue[_QueueItem] = queue.SimpleQueue()
         self._limit = pending_msgs_limit
+        self._bytes_limit = pending_bytes_limit
+        # Payload bytes queued = _bytes_in (counted by the I/O thread) - _bytes_out (counted by
+        # the reader): each counter has one writer, so no lock is needed.
+        self._bytes_in = 0
+        self._bytes_out = 0
+        self._slow = False  # in a slow-consumer episode (dropping since the last delivery)
         self._ended: BaseException | None | bool = False  # False: active; None/exc: ended
         self._dropped = 0
         self._delivered = 0
@@ -112,11 +121,16 @@ class Subscription:
 
     def _deliver(self, m: MsgReceived, now: float) -> None:
         q = self._q
-        if q.qsize() >= self._limit:
+        size = len(m.data)
+        if q.qsize() >= self._limit or self._bytes_in - self._bytes_out + size > self._bytes_limit:
+            # Full (by messages or by bytes): drop, count, and report once per episode.
             self._dropped += 1
-            if self._dropped == 1 or self._dropped % 1000 == 0:
+            if not self._slow:
+                self._slow = True
                 self._client._emit(SlowConsumer(sid=self.sid, subject=self.subject, dropped=self._dropped))
             return
+        self._slow = False
+        self._bytes_in += size
         if self._callback is not None:
             self._idle.clear()
         q.put(m)
@@ -132,6 +146,11 @@ class Subscription:
     @property
     def pending_msgs(self) -> int:
         return self._q.qsize()
+
+    @property
+    def pending_bytes(self) -> int:
+        """Payload bytes queued and not yet read."""
+        return self._bytes_in - self._bytes_out
 
     @property
     def delivered(self) -> int:
@@ -152,7 +171,8 @@ class Subscription:
         nothing is left."""
         if self._callback is not None:
             raise InvalidOptionError("next_msg() is not available on a subscription with a callback")
-        timeout = check_optional_timeout(timeout)
+        if timeout.__class__ is not float or not 0.0 <= timeout < _INF:  # (the common case first)
+            timeout = check_optional_timeout(timeout)
         self._client._check_fork()
         try:
             item = self._q.get(timeout=timeout)
@@ -166,6 +186,7 @@ class Subscription:
             raise ConnectionClosedError(f"subscription to {self.subject!r} has ended")
         self._delivered += 1
         assert isinstance(item, MsgReceived)
+        self._bytes_out += len(item.data)
         return Msg._from_event(item, self._client)
 
     def __iter__(self) -> Iterator[Msg]:
@@ -198,6 +219,7 @@ class Subscription:
                 return
             assert isinstance(item, MsgReceived)
             self._delivered += 1
+            self._bytes_out += len(item.data)
             try:
                 cb(Msg._from_event(item, client))
             except BaseException as exc:  # noqa: BLE001 - reported, the subscription goes on
@@ -235,6 +257,7 @@ class Client:
         ignore_discovered_servers: bool = False,
         on_event: EventCallback | None = None,
         pending_msgs_limit: int = _DEFAULT_PENDING_MSGS,
+        pending_bytes_limit: int = _DEFAULT_PENDING_BYTES,
         inbox_prefix: str = "_INBOX",
         rng: random.Random | None = None,
     ) -> None:
@@ -242,8 +265,8 @@ class Client:
             servers = [s.strip() for s in servers.split(",") if s.strip()]
         if tls is not None and not isinstance(tls, (ssl.SSLContext, bool)):
             raise InvalidOptionError("tls must be an ssl.SSLContext, True or None")
-        if pending_msgs_limit < 1:
-            raise InvalidOptionError("pending_msgs_limit must be >= 1")
+        _check_limit("pending_msgs_limit", pending_msgs_limit)
+        _check_limit("pending_bytes_limit", pending_bytes_limit)
         self._ssl_ctx: ssl.SSLContext | None = tls if isinstance(tls, ssl.SSLContext) else None
         if tls is True or tls_first:
             self._ssl_ctx = self._ssl_ctx or ssl.create_default_context()
@@ -284,6 +307,7 @@ class Client:
         )
         self._conn = self._session.conn
         self._pending_limit = pending_msgs_limit
+        self._pending_bytes_limit = pending_bytes_limit
         self._on_event = on_event
         # Internal observers of the same events (jssync.publish re-sends async publishes after a
         # Reconnected). Called where the event is emitted, mostly the I/O thread: they must be
@@ -635,11 +659,20 @@ class Client:
         callback: Callable[[Msg], None] | None = None,
         max_msgs: int | None = None,
         pending_msgs_limit: int | None = None,
+        pending_bytes_limit: int | None = None,
     ) -> Subscription:
         """Subscribe. With ``callback``, messages are handed to it on a thread of this
         subscription (never the I/O thread); without, read them with ``next_msg`` or iterate."""
         self._check_fork()
-        sub = Subscription(self, subject, queue, callback, pending_msgs_limit or self._pending_limit)
+        if pending_msgs_limit is not None:
+            _check_limit("pending_msgs_limit", pending_msgs_limit)
+        if pending_bytes_limit is not None:
+            _check_limit("pending_bytes_limit", pending_bytes_limit)
+        sub = Subscription(
+            self, subject, queue, callback,
+            pending_msgs_limit or self._pending_limit,
+            pending_bytes_limit or self._pending_bytes_limit,
+        )
         with self._lock:
             sid = self._session.subscribe(subject, queue, max_msgs, sub._deliver, self._ender(sub))
             sub.sid = sid
@@ -1204,6 +1237,11 @@ _CERTIFICATE_REFUSALS: Final = frozenset(
         "TLSV1_ALERT_ACCESS_DENIED",
     }
 )
+
+
+def _check_limit(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOptionError(f"{name} must be an int >= 1, got {value!r}")
 
 
 def _as_error(exc: BaseException) -> Exception:
