@@ -10,6 +10,7 @@ events to whoever waits for them. User callbacks never run on it.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import queue
@@ -20,7 +21,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Final, Union
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, Union
 
 from jscore import events as ev
 from jscore import status
@@ -1252,13 +1253,29 @@ def _as_error(exc: BaseException) -> Exception:
     return exc if isinstance(exc, Exception) else ConnectionClosedError(repr(exc))
 
 
-def connect(servers: str | Sequence[str] = "nats://127.0.0.1:4222", **options: Any) -> Client:
-    """Connect and return a :class:`Client` (also a context manager: drain and close on exit).
+_P = ParamSpec("_P")
 
-    Raises :class:`NoServersError`, :class:`AuthorizationError`,
-    :class:`SecureConnectionRequiredError` or :class:`TimeoutError` when it cannot connect.
+
+def _takes_the_options_of(cls: Callable[_P, Client]) -> Callable[[Callable[..., Client]], Callable[_P, Client]]:
+    """Give ``connect`` the exact signature of :class:`Client` (for mypy and for ``help()``),
+    from the one definition of the options: a misspelled option is a ``TypeError``."""
+
+    def give(f: Callable[..., Client]) -> Callable[_P, Client]:
+        f.__signature__ = inspect.signature(cls)  # type: ignore[attr-defined]
+        return f
+
+    return give
+
+
+@_takes_the_options_of(Client)
+def connect(*args: Any, **options: Any) -> Client:
+    """Connect and return a :class:`Client` (also a context manager: drain and close on exit).
+    Takes the options of :class:`Client` (see its signature).
+
+    Raises :class:`NoServersError` (:class:`ConnectTimeoutError` when the last attempt ran out
+    of time), :class:`AuthorizationError`, :class:`SecureConnectionRequiredError` or
+    :class:`TimeoutError` when it cannot connect.
     """
-    client = Client(servers, **options)
+    client = Client(*args, **options)
     client._start()
     return client
-

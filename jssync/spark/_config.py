@@ -18,7 +18,7 @@ import math
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from jscore.auth import looks_like_seed
 from jscore.connection import _redact, parse_server_url
@@ -228,7 +228,7 @@ class NatsConfig:
         """A new connected :class:`jssync.Client` (executor side; never pickle it)."""
         from jssync.client import connect
 
-        kwargs: dict[str, object] = {"connect_timeout": self.connect_timeout}
+        kwargs: dict[str, Any] = {"connect_timeout": self.connect_timeout}
         for f in ("user", "password", "token", "name"):
             value = getattr(self, f)
             if value is not None:

@@ -161,3 +161,13 @@ def test_connect_to_a_server_that_never_sends_info_is_a_timeout() -> None:
         assert time.monotonic() - t0 < 3.0
     finally:
         listener.close()
+
+
+def test_connect_has_the_signature_of_client() -> None:
+    import inspect
+
+    params = inspect.signature(jssync.connect).parameters
+    assert {"servers", "connect_timeout", "reconnect_wait", "pending_bytes_limit"} <= set(params)
+    assert params == inspect.signature(jssync.Client).parameters
+    with pytest.raises(TypeError, match="conect_timeout"):
+        jssync.connect("nats://127.0.0.1:1", conect_timeout=1.0)  # type: ignore[call-arg]
