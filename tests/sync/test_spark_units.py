@@ -271,6 +271,12 @@ def fake_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[float], No
     clock = [1000.0]
     monkeypatch.setattr(NatsConfig, "connect", lambda self: FakeClient(self))
     monkeypatch.setattr(_cache, "_now", lambda: clock[0])
+    # No sweeper thread on a fake clock: it would race the test's own sweeps (the sweeper has
+    # tests of its own, on the real clock).
+    monkeypatch.setattr(_cache, "_ensure_sweeper_locked", lambda st: None)
+    sweeper = getattr(_cache._current(), "sweeper", None)
+    if sweeper is not None:
+        sweeper.join(2.0)  # (close_all woke it: it ends, the cache being empty)
 
     def advance(seconds: float) -> None:
         clock[0] += seconds
