@@ -776,3 +776,8 @@ def encode(value: Any) -> bytes:
 from .jsmsg import MsgMetadata, SequencePair  # noqa: E402
 
 __all__ += ["MsgMetadata", "SequencePair"]
+
+# The key-value store's models live with its rules (jscore.kv); importable from here too.
+from .kv import KeyValueEntry, KeyValueOp, KeyValueStatus  # noqa: E402
+
+__all__ += ["KeyValueEntry", "KeyValueOp", "KeyValueStatus"]

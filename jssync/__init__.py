@@ -37,6 +37,7 @@ from .msg import JsMsg, Msg
 from .ordered import OrderedConsumeContext, OrderedConsumer, OrderedMessageStream
 from .pull import ConsumeContext, FetchResult, MessageStream
 from .stream import Stream
+from .kv import KeyValue, KeyWatcher, KeyValueEntry, KeyValueOp, KeyValueStatus
 
 __version__ = "0.1.0"
 
@@ -60,6 +61,12 @@ __all__ = [
     "OrderedConsumer",
     "OrderedConsumeContext",
     "OrderedMessageStream",
+    # key-value store
+    "KeyValue",
+    "KeyWatcher",
+    "KeyValueEntry",
+    "KeyValueOp",
+    "KeyValueStatus",
     # models
     "StreamConfig",
     "StreamInfo",

@@ -49,7 +49,10 @@ from .ordered import OrderedConsumer, ordered_options
 from .stream import Stream
 
 if TYPE_CHECKING:
+    from jscore.kv import KeyValueStatus
+
     from .client import Client
+    from .kv import KeyValue
     from .msg import Msg
     from .publish import Publisher, PubAckFuture
 
@@ -145,6 +148,52 @@ class JetStream:
         jsapi.check_stream_name(stream)
         opts = ordered_options(filter_subjects, deliver_policy, opt_start_seq, opt_start_time, headers_only)
         return OrderedConsumer(self, stream, opts)
+
+    # ------------------------------------------------------------------ key-value store
+
+    def create_key_value(self, bucket: str, *, timeout: float | None = None, **fields: Any) -> KeyValue:
+        """Create the key-value bucket ``bucket`` (the stream ``KV_<bucket>``): ``description``,
+        ``history`` (1..64), ``ttl``, ``max_value_size``, ``max_bytes``, ``storage``,
+        ``replicas``, ``limit_marker_ttl``, ``metadata``. An identical bucket is not an error;
+        another configuration under that name raises :class:`StreamNameInUseError`."""
+        from .kv import create_key_value
+
+        return create_key_value(self, bucket, "create", timeout, **fields)
+
+    def update_key_value(self, bucket: str, *, timeout: float | None = None, **fields: Any) -> KeyValue:
+        """Replace the bucket's configuration with the one given (:class:`BucketNotFoundError`)."""
+        from .kv import create_key_value
+
+        return create_key_value(self, bucket, "update", timeout, **fields)
+
+    def create_or_update_key_value(self, bucket: str, *, timeout: float | None = None, **fields: Any) -> KeyValue:
+        from .kv import create_key_value
+
+        return create_key_value(self, bucket, "upsert", timeout, **fields)
+
+    def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
+        """A handle on an existing bucket (:class:`BucketNotFoundError`)."""
+        from .kv import bind_key_value
+
+        return bind_key_value(self, bucket, timeout)
+
+    def delete_key_value(self, bucket: str, *, timeout: float | None = None) -> None:
+        """Delete the bucket and everything in it (:class:`BucketNotFoundError`)."""
+        from .kv import delete_key_value
+
+        delete_key_value(self, bucket, timeout)
+
+    def key_value_names(self, *, timeout: float | None = None) -> Iterator[str]:
+        """The names of every bucket."""
+        from .kv import key_value_names
+
+        return key_value_names(self, timeout)
+
+    def key_values(self, *, timeout: float | None = None) -> Iterator[KeyValueStatus]:
+        """The status of every bucket."""
+        from .kv import key_values
+
+        return key_values(self, timeout)
 
     # ------------------------------------------------------------------ account
 
