@@ -124,6 +124,7 @@ def demo(url: str | None, auth: Auth | None = None) -> int:
                 check("NoRespondersError raised", type(exc).__name__ == "NoRespondersError")
 
             _demo_jetstream(nc, check)
+            _demo_kv(nc, check)
 
             stats = nc.stats
             _say(f"stats: {stats}")
@@ -131,6 +132,38 @@ def demo(url: str | None, auth: Auth | None = None) -> int:
     failed = [label for label, ok in checks if not ok]
     _say("demo " + ("FAILED: " + ", ".join(failed) if failed else "passed"))
     return 1 if failed else 0
+
+
+def _demo_kv(nc: Client, check: Callable[[str, bool], None]) -> None:
+    """The key-value part of the demo: a bucket, compare-and-set, a watcher, a snapshot."""
+    from jscore.errors import BucketNotFoundError, KeyWrongLastSequenceError
+
+    js = nc.jetstream()
+    with contextlib.suppress(BucketNotFoundError):
+        js.delete_key_value("JSSYNC_DEMO_KV")  # a previous run against the same server
+    _say("key-value store:")
+    kv = js.create_key_value("JSSYNC_DEMO_KV", history=5)
+    rev = kv.put("settings.color", b"blue")
+    try:
+        kv.update("settings.color", b"red", last=rev + 1)
+        check("a stale compare-and-set is refused", False)
+    except KeyWrongLastSequenceError:
+        check("a stale compare-and-set is refused", True)
+    with kv.watch("settings.>") as watcher:
+        first, marker = watcher.next(5.0), watcher.next(5.0)
+        kv.update("settings.color", b"red", last=rev)
+        kv.put("settings.size", b"XL")
+        changes = [watcher.next(5.0), watcher.next(5.0)]
+    check("the watcher saw the value, the caught-up marker, then both changes",
+          first is not None and first.value == b"blue" and marker is None
+          and [(c.key, c.value) if c else None for c in changes] == [("settings.color", b"red"), ("settings.size", b"XL")])
+    snap = kv.get_many("settings.>")
+    _say(f"    snapshot: { {k: e.value.decode() for k, e in snap.items()} }")
+    check("get_many read both keys from one snapshot", {k: e.value for k, e in snap.items()}
+          == {"settings.color": b"red", "settings.size": b"XL"})
+    kv.delete("settings.size")
+    check("a deleted key is not listed", kv.keys() == ["settings.color"])
+    _say(f"    history of settings.color: {[e.value.decode() for e in kv.history('settings.color')]}")
 
 
 def _demo_jetstream(nc: Client, check: Callable[[str, bool], None]) -> None:

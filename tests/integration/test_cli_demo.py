@@ -20,6 +20,7 @@ def test_demo_passes_against_a_server_twice(nats_server: NatsServer, capsys: pyt
         assert "MaxMsgsPerSubjectError (err_code 10077)" in out
         assert "stream state: messages=101" in out
         assert "consume delivered the remaining 51 messages once, in order" in out
+        assert "get_many read both keys from one snapshot" in out
         assert out.rstrip().endswith("demo passed")
 
 
