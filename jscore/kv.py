@@ -24,6 +24,9 @@ import msgspec
 from .errors import InvalidKeyError, InvalidOptionError
 from .headers import Headers
 from .models import DiscardPolicy, StorageType, StreamConfig, StreamInfo
+from .ordered import OrderedConsumerCreated, OrderedMachine, OrderedMessageDelivered
+from .protocol import MsgReceived
+from .pull import MessagesTaken
 
 __all__ = [
     "KV_OPERATION",
@@ -34,6 +37,8 @@ __all__ = [
     "KeyValueStatus",
     "WatchOptions",
     "WatchState",
+    "WatchMachine",
+    "KeyValueChanged",
     "check_bucket",
     "check_key",
     "check_filter",
@@ -367,6 +372,83 @@ class WatchState:
             self.initialized = True
             out.append(None)
         return out
+
+
+class KeyValueChanged(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """What a watcher hands to its application: an entry, or ``None`` once the initial values
+    are all delivered. ``size`` is the delivered message's size, reported back with
+    ``MessagesTaken`` once the application took it (0 for the marker)."""
+
+    entry: KeyValueEntry | None
+    size: int = 0
+
+
+class WatchMachine:
+    """A key-value watcher as a session sub-machine: the ordered consumer's machine, whose
+    deliveries go through :class:`WatchState` on the I/O thread.
+
+    Everything but the events is the ordered machine's (creates, pulls, resets, reconnects,
+    timers). Its ``OrderedMessageDelivered`` become :class:`KeyValueChanged` (and the marker);
+    its ``OrderedConsumerCreated`` may become the marker; every other event passes through.
+    A delivery the application never sees (a delete left out by ``ignore_deletes``, a repeated
+    revision) is reported taken at once, so the consume's buffer accounting stays right; the
+    application reports the others (``MessagesTaken``) as it takes them.
+    """
+
+    __slots__ = ("inner", "state", "_now")
+
+    def __init__(self, inner: OrderedMachine, state: WatchState, now: float) -> None:
+        self.inner = inner
+        self.state = state
+        self._now = now
+
+    @property
+    def finished(self) -> bool:
+        return self.inner.finished
+
+    def receive_msg(self, msg: MsgReceived, now: float) -> None:
+        self._now = now
+        self.inner.receive_msg(msg, now)
+
+    def handle(self, command: object, now: float) -> None:
+        self._now = now
+        self.inner.handle(command, now)
+
+    def handle_timeout(self, now: float) -> None:
+        self._now = now
+        self.inner.handle_timeout(now)
+
+    def next_deadline(self) -> float | None:
+        return self.inner.next_deadline()
+
+    def drain_events(self) -> list[object]:
+        out: list[object] = []
+        state = self.state
+        while True:
+            events = self.inner.drain_events()
+            if not events:
+                return out
+            unseen = unseen_size = 0
+            for e in events:
+                cls = e.__class__
+                if cls is OrderedMessageDelivered:
+                    m = e.msg
+                    md = e.metadata
+                    items = state.delivered(
+                        m.subject, m.data, m.headers, md.sequence.stream, md.timestamp, md.num_pending
+                    )
+                    if not any(i is not None for i in items):
+                        unseen += 1
+                        unseen_size += m.size
+                    for i in items:
+                        out.append(KeyValueChanged(entry=i, size=m.size if i is not None else 0))
+                elif cls is OrderedConsumerCreated:
+                    out.extend(KeyValueChanged(entry=None) for _ in state.created(e.num_pending))
+                else:
+                    out.append(e)
+            if not unseen or self.inner.finished:
+                return out
+            self.inner.handle(MessagesTaken(count=unseen, size=unseen_size), self._now)
 
 
 def snapshot_entries(bucket: str, entries: Sequence[KeyValueEntry]) -> dict[str, KeyValueEntry]:

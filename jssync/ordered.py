@@ -343,16 +343,6 @@ class OrderedMessageStream:
         return self._next(_monotonic() + timeout, timeout)
 
     def _next(self, deadline: float | None, timeout: float | None) -> JsMsg:
-        return self._next_item(deadline, timeout, False)  # type: ignore[no-any-return]
-
-    def next_item(self, deadline: float | None) -> Any:
-        """The next message or notification (for the layers built on the ordered consumer,
-        e.g. the key-value watcher): waits until the monotonic ``deadline`` (None: no limit),
-        then :class:`NoMessagesError`; the end error once it ended."""
-        timeout = None if deadline is None else max(0.0, deadline - _monotonic())
-        return self._next_item(deadline, timeout, True)
-
-    def _next_item(self, deadline: float | None, timeout: float | None, notes: bool) -> Any:
         if self._ended is not None or self._stopped:
             raise self._end_error()
         q = self._op.q
@@ -370,13 +360,11 @@ class OrderedMessageStream:
                 if self._stopped:
                     raise self._end_error()
                 self._taker.took(item)
-                return item
+                return item  # type: ignore[no-any-return]
             if cls is _End:
                 self._ended = item
                 self._taker.flush()
                 raise self._end_error()
-            if notes:
-                return item
             self._note(item)
 
     def _note(self, event: Any) -> None:

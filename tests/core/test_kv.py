@@ -239,3 +239,103 @@ def test_the_ordered_machine_does_not_report_unless_asked() -> None:
     h = H(consume_opts())
     h.created()
     assert h.of(OrderedConsumerCreated) == []
+
+
+# ============================================================================ the watch machine
+
+
+class W:
+    """Drives a WatchMachine the way the session does, in virtual time."""
+
+    def __init__(self, options: WatchOptions, max_messages: int = 4) -> None:
+        from jscore.ordered import OrderedConsumerState, OrderedMachine
+        from jscore.pull import resolve_consume_options
+
+        self.now = 0.0
+        ordered = OrderedConsumerOptions(filter_subjects=("$KV.B.>",), report_created=True,
+                                         headers_only=options.meta_only)
+        self.cursor = OrderedConsumerState("KV_B", ordered, name_prefix="P")
+        inner = OrderedMachine(self.cursor, resolve_consume_options(max_messages=max_messages, expires=2.0,
+                                                                     heartbeat=0.5), self.now)
+        self.m = K.WatchMachine(inner, WatchState("B", options), self.now)
+        self.sent: list[Any] = []
+        self.changes: list[Any] = []
+        self.other: list[Any] = []
+        self.pump()
+
+    def pump(self) -> None:
+        from jscore.machine import SendRequested
+
+        for e in self.m.drain_events():
+            if isinstance(e, SendRequested):
+                self.sent.append(e)
+            elif isinstance(e, K.KeyValueChanged):
+                self.changes.append(e)
+            else:
+                self.other.append(e)
+
+    def pulls(self) -> list[Any]:
+        return [s for s in self.sent if ".CONSUMER.MSG.NEXT." in s.subject]
+
+    def created(self, num_pending: int) -> None:
+        c = [s for s in self.sent if ".CONSUMER.CREATE." in s.subject][-1]
+        name = json.loads(c.body)["config"]["name"]
+        body = json.dumps({"stream_name": "KV_B", "name": name, "config": {"ack_policy": "none"},
+                           "num_pending": num_pending, "delivered": {"consumer_seq": 0, "stream_seq": 0}}).encode()
+        self.m.receive_msg(MsgReceived(INBOX + (c.reply_token or ""), 1, None, body, None), self.now)
+        self.pump()
+
+    def deliver(self, sseq: int, key: str, pending: int, op: str | None = None, data: bytes = b"v") -> None:
+        reply = f"$JS.ACK.KV_B.{self.cursor.name}.1.{sseq}.{sseq}.1700000000000000000.{pending}"
+        headers = Headers({"KV-Operation": op}) if op else None
+        self.m.receive_msg(MsgReceived(f"$KV.B.{key}", 1, reply, data, headers, size=100), self.now)
+        self.pump()
+
+    def shown(self) -> list[Any]:
+        return [None if c.entry is None else (c.entry.key, c.entry.revision, c.entry.operation.value)
+                for c in self.changes]
+
+
+def test_watch_machine_turns_deliveries_into_entries_and_the_marker() -> None:
+    w = W(WatchOptions())
+    w.created(2)
+    w.deliver(1, "a", 1)
+    w.deliver(2, "b", 0, op="DEL")
+    assert w.shown() == [("a", 1, "PUT"), ("b", 2, "DEL"), None]
+    assert [c.size for c in w.changes] == [100, 100, 0]
+    assert w.changes[0].entry.created == datetime(2023, 11, 14, 22, 13, 20, tzinfo=timezone.utc)
+    w.deliver(3, "a", 0)
+    assert w.shown()[-1] == ("a", 3, "PUT")
+
+
+def test_watch_machine_marker_at_once_on_an_empty_bucket() -> None:
+    w = W(WatchOptions())
+    assert w.shown() == []
+    w.created(0)
+    assert w.shown() == [None]
+    assert not w.m.finished and w.m.next_deadline() is not None
+
+
+def test_watch_machine_reports_what_the_application_never_sees_as_taken() -> None:
+    # max_messages 4: the first pull asks for 4; four ignored deletes must free the buffer for
+    # the next pull by themselves (nobody will take them from a queue).
+    w = W(WatchOptions(ignore_deletes=True), max_messages=4)
+    w.created(10)
+    assert len(w.pulls()) == 1
+    for seq in range(1, 5):
+        w.deliver(seq, f"k{seq}", 10 - seq, op="DEL")
+    assert w.shown() == []
+    assert len(w.pulls()) >= 2, "the skipped deletes did not free the buffer"
+
+
+def test_watch_machine_without_takes_a_full_buffer_waits() -> None:
+    w = W(WatchOptions(), max_messages=4)
+    w.created(10)
+    for seq in range(1, 5):
+        w.deliver(seq, f"k{seq}", 10 - seq)
+    assert len(w.changes) == 4 and len(w.pulls()) == 1  # buffered until the application takes them
+    from jscore.pull import MessagesTaken
+
+    w.m.handle(MessagesTaken(count=4, size=400), w.now)
+    w.pump()
+    assert len(w.pulls()) == 2

@@ -268,3 +268,20 @@ def test_purge_deletes(nats_url: str, clients: Callable[..., Client]) -> None:
     with pytest.raises(KeyNotFoundError):
         kv.history("a")
     assert kv.keys() == ["b"]
+
+
+def test_many_ignored_deletes_do_not_stall_a_watcher(nats_url: str, clients: Callable[..., Client]) -> None:
+    """More deletes than a consume's buffer (500 messages), all left out by ignore_deletes:
+    they must not fill the buffer (nobody takes them from a queue)."""
+    nc = clients(nats_url)
+    js = nc.jetstream()
+    kv = js.create_key_value(_bucket())
+    for i in range(700):
+        js.publish_async(f"$KV.{kv.bucket}.k{i}", b"", headers={"KV-Operation": "DEL"})
+    js.publish_async_complete(20.0)
+    kv.put("last", b"x")
+    with kv.watch(ignore_deletes=True) as w:
+        e = w.next(10.0)
+        assert e is not None and e.key == "last"
+        assert w.next(10.0) is None
+    assert kv.keys() == ["last"]
