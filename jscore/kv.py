@@ -187,6 +187,8 @@ def bucket_config(
     for name, value in (("ttl", ttl), ("limit_marker_ttl", limit_marker_ttl)):
         if value is not None and (not isinstance(value, (int, float)) or value < 0):
             raise InvalidOptionError(f"{name} must be a non-negative number of seconds, not {value!r}")
+    if limit_marker_ttl is not None and 0 < limit_marker_ttl < 1:
+        raise InvalidOptionError(f"limit_marker_ttl must be at least 1 second, not {limit_marker_ttl!r}")
     duplicate_window = DEFAULT_DUPLICATE_WINDOW
     if ttl and ttl < duplicate_window:
         duplicate_window = float(ttl)

@@ -100,7 +100,7 @@ def test_bucket_config_defaults_and_limit_markers() -> None:
 
 
 @pytest.mark.parametrize("fields", [dict(history=0), dict(history=65), dict(history=True), dict(ttl=-1),
-                                    dict(replicas=0), dict(limit_marker_ttl=-2)])
+                                    dict(replicas=0), dict(limit_marker_ttl=-2), dict(limit_marker_ttl=0.5)])
 def test_bucket_config_refuses(fields: dict[str, Any]) -> None:
     with pytest.raises(InvalidOptionError):
         K.bucket_config("B", **fields)
