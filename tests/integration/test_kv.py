@@ -20,6 +20,7 @@ from jscore.errors import (
     KeyNotFoundError,
     KeyWrongLastSequenceError,
     NoMessagesError,
+    StreamNotFoundError,
 )
 from jscore.models import DiscardPolicy
 from jssync import Client, KeyValueEntry, KeyValueOp
@@ -224,9 +225,12 @@ def test_watch_callback_and_stop(nats_url: str, clients: Callable[..., Client]) 
     assert [(e.key if e else None) for e in w2] == ["a", "b", None]
 
 
+@pytest.mark.parametrize("how", ["restart", "kill"])
 def test_watch_survives_a_server_restart(
-    nats_server_factory: Callable[..., NatsServer], clients: Callable[..., Client]
+    how: str, nats_server_factory: Callable[..., NatsServer], clients: Callable[..., Client]
 ) -> None:
+    """A graceful restart or a crash (SIGKILL, then a start on the same store): every change
+    written afterwards, by another client, reaches the watcher once and in order."""
     srv = nats_server_factory()
     nc = clients(srv.url)
     kv = nc.jetstream().create_key_value("RST", history=10)
@@ -241,17 +245,35 @@ def test_watch_survives_a_server_restart(
             e = w.next(5.0)
             assert e is not None
             got.append(e.value)
-        srv.restart()
-        wait_until(lambda: nc.is_connected, 15, what="reconnect")
+        if how == "kill":
+            srv.kill()
+            srv.start()
+        else:
+            srv.restart()
+        writer = clients(srv.url).jetstream().key_value("RST", timeout=10)
         for i in range(6, 11):
-            kv.put("k", str(i).encode(), timeout=10)
-        while len(got) < 10:
+            writer.put("k", str(i).encode(), timeout=10)
+        writer.put("other", b"x", timeout=10)
+        while len(got) < 11:
             e = w.next(15.0)
             assert e is not None
             got.append(e.value)
         with pytest.raises(NoMessagesError):
             w.next(1.0)
-    assert got == [str(i).encode() for i in range(1, 11)]
+    assert got == [str(i).encode() for i in range(1, 11)] + [b"x"]
+
+
+def test_watch_of_a_deleted_bucket_ends_with_a_typed_error(nats_url: str, clients: Callable[..., Client]) -> None:
+    js = clients(nats_url).jetstream()
+    kv = js.create_key_value(_bucket())
+    kv.put("a", b"1")
+    w = kv.watch()
+    assert w.next(5.0) is not None and w.next(5.0) is None
+    js.delete_key_value(kv.bucket)
+    with pytest.raises(StreamNotFoundError):
+        while True:
+            w.next(10.0)
+    w.stop()
 
 
 def test_purge_deletes(nats_url: str, clients: Callable[..., Client]) -> None:

@@ -98,3 +98,36 @@ def test_bucket_made_by_jssync_is_used_by_natspy(nats_url: str, peer: NatsPyPeer
     assert kv.get("from.py").value == b"hello"
     with pytest.raises(KeyNotFoundError):
         kv.get("b")
+
+
+def test_watchers_see_each_other_s_changes(nats_url: str, peer: NatsPyPeer, clients: Callable[..., Client]) -> None:
+    js = clients(nats_url).jetstream()
+    kv = js.create_key_value("WATCHX", history=3)
+    kv.put("seed", b"s")
+
+    async def start() -> Any:
+        pkv = await peer.nc.jetstream().key_value("WATCHX")
+        w = await pkv.watchall()
+        first = await w.updates(5)
+        marker = await w.updates(5)
+        return pkv, w, first, marker
+
+    pkv, pw, first, marker = peer.run(start(), timeout=10)
+    assert (first.key, first.value, marker) == ("seed", b"s", None)
+    with kv.watch() as w:
+        assert w.next(5.0) is not None and w.next(5.0) is None
+        kv.put("a", b"from jssync")
+        kv.delete("seed")
+
+        async def changes() -> list[Any]:
+            out = [await pw.updates(5), await pw.updates(5)]
+            await pkv.put("b", b"from nats-py")
+            await pkv.purge("a")
+            await pw.stop()
+            return [(e.key, e.value, e.operation) for e in out]
+
+        assert peer.run(changes(), timeout=10) == [("a", b"from jssync", None), ("seed", b"", "DEL")]
+        got = [w.next(5.0) for _ in range(4)]
+    assert [(e.key, e.operation.value) for e in got if e is not None] == [
+        ("a", "PUT"), ("seed", "DEL"), ("b", "PUT"), ("a", "PURGE")]
+    assert got[2] is not None and got[2].value == b"from nats-py"
