@@ -35,6 +35,7 @@ from jscore.models import (
     ConsumerListResponse,
     ConsumerNamesResponse,
     PubAck,
+    StorageType,
     StreamConfig,
     StreamInfo,
     StreamListResponse,
@@ -151,25 +152,79 @@ class JetStream:
 
     # ------------------------------------------------------------------ key-value store
 
-    def create_key_value(self, bucket: str, *, timeout: float | None = None, **fields: Any) -> KeyValue:
+    def create_key_value(
+        self,
+        bucket: str,
+        *,
+        description: str | None = None,
+        history: int = 1,
+        ttl: float | None = None,
+        max_value_size: int | None = None,
+        max_bytes: int | None = None,
+        storage: StorageType | str = StorageType.FILE,
+        replicas: int = 1,
+        limit_marker_ttl: float | None = None,
+        metadata: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> KeyValue:
         """Create the key-value bucket ``bucket`` (the stream ``KV_<bucket>``): ``description``,
         ``history`` (1..64), ``ttl``, ``max_value_size``, ``max_bytes``, ``storage``,
         ``replicas``, ``limit_marker_ttl``, ``metadata``. An identical bucket is not an error;
         another configuration under that name raises :class:`StreamNameInUseError`."""
         from .kv import create_key_value
 
-        return create_key_value(self, bucket, "create", timeout, **fields)
+        return create_key_value(self, bucket, "create", timeout, **dict(
+            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
+            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
+            metadata=metadata,
+        ))
 
-    def update_key_value(self, bucket: str, *, timeout: float | None = None, **fields: Any) -> KeyValue:
+    def update_key_value(
+        self,
+        bucket: str,
+        *,
+        description: str | None = None,
+        history: int = 1,
+        ttl: float | None = None,
+        max_value_size: int | None = None,
+        max_bytes: int | None = None,
+        storage: StorageType | str = StorageType.FILE,
+        replicas: int = 1,
+        limit_marker_ttl: float | None = None,
+        metadata: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> KeyValue:
         """Replace the bucket's configuration with the one given (:class:`BucketNotFoundError`)."""
         from .kv import create_key_value
 
-        return create_key_value(self, bucket, "update", timeout, **fields)
+        return create_key_value(self, bucket, "update", timeout, **dict(
+            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
+            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
+            metadata=metadata,
+        ))
 
-    def create_or_update_key_value(self, bucket: str, *, timeout: float | None = None, **fields: Any) -> KeyValue:
+    def create_or_update_key_value(
+        self,
+        bucket: str,
+        *,
+        description: str | None = None,
+        history: int = 1,
+        ttl: float | None = None,
+        max_value_size: int | None = None,
+        max_bytes: int | None = None,
+        storage: StorageType | str = StorageType.FILE,
+        replicas: int = 1,
+        limit_marker_ttl: float | None = None,
+        metadata: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> KeyValue:
         from .kv import create_key_value
 
-        return create_key_value(self, bucket, "upsert", timeout, **fields)
+        return create_key_value(self, bucket, "upsert", timeout, **dict(
+            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
+            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
+            metadata=metadata,
+        ))
 
     def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
         """A handle on an existing bucket (:class:`BucketNotFoundError`)."""

@@ -191,7 +191,7 @@ class KeyValue:
         except KeyExistsError as first:
             # The key has messages: allowed when its latest one is a delete or purge marker.
             try:
-                self.get(key, timeout=timeout, _direct=False)
+                self._get(key, None, timeout, False)
             except KeyDeletedError as deleted:
                 marker = deleted.entry
                 assert isinstance(marker, KeyValueEntry)
@@ -223,14 +223,16 @@ class KeyValue:
 
     # ------------------------------------------------------------------ reads
 
-    def get(self, key: str, *, revision: int | None = None, timeout: float | None = None, _direct: bool | None = None) -> KeyValueEntry:
+    def get(self, key: str, *, revision: int | None = None, timeout: float | None = None) -> KeyValueEntry:
         """The key's latest entry, or the one at ``revision``. :class:`KeyNotFoundError` when
         there is none (or ``revision`` is another key's); :class:`KeyDeletedError` (a
         KeyNotFoundError) when it is a delete or purge marker."""
+        return self._get(key, revision, timeout, self._direct)
+
+    def _get(self, key: str, revision: int | None, timeout: float | None, direct: bool) -> KeyValueEntry:
         subject = K.key_subject(self._bucket, key)
         if revision is not None and (isinstance(revision, bool) or not isinstance(revision, int) or revision < 1):
             raise InvalidOptionError(f"revision must be an int >= 1, not {revision!r}")
-        direct = self._direct if _direct is None else _direct
         try:
             if revision is None:
                 msg = self._stream.get_msg(last_by_subject=subject, direct=direct, timeout=timeout)

@@ -115,7 +115,7 @@ def test_kv_matches_a_dict_model(nats_url: str) -> None:
     try:
         run_state_machine_as_test(
             KvModel,
-            settings=settings(max_examples=12, stateful_step_count=12, deadline=None,
+            settings=settings(max_examples=30, stateful_step_count=12, deadline=None,
                               suppress_health_check=list(HealthCheck)),
         )
     finally:
