@@ -33,6 +33,7 @@ from jscore.errors import (
     MsgNotFoundError,
     NoMessagesError,
     StreamNotFoundError,
+    TooManySubjectsError,
     WrongLastSequenceError,
 )
 from jscore.kv import KeyValueEntry, KeyValueOp, KeyValueStatus, WatchOptions
@@ -252,7 +253,9 @@ class KeyValue:
     ) -> dict[str, KeyValueEntry]:
         """The latest entry of every key matching ``keys`` (keys or filters with ``*`` / ``>``),
         all read from ONE snapshot of the bucket: as of ``revision`` if given, else as of the
-        first reply. Missing, deleted and purged keys are left out."""
+        first reply. Missing, deleted and purged keys are left out. Up to 1024 matching keys
+        are one batched direct get; more (or a bucket without direct get) are read with an
+        ordered consumer bounded by the same revision."""
         filters = [keys] if isinstance(keys, str) else list(keys)
         if not filters:
             return {}
@@ -261,12 +264,16 @@ class KeyValue:
             raise InvalidOptionError(f"revision must be an int >= 1, not {revision!r}")
         entries: list[KeyValueEntry] = []
         if self._direct:
-            it = self._stream.direct_get_last_for(subjects, up_to_seq=revision, timeout=timeout)
-            with it:
-                for m in it:
-                    entries.append(K.entry_from_stored(self._bucket, m.subject, m.seq, m.data, m.headers, m.time))
-            return K.snapshot_entries(self._bucket, entries)
-        # Without direct get: every revision up to the snapshot, through an ordered consumer.
+            try:
+                it = self._stream.direct_get_last_for(subjects, up_to_seq=revision, timeout=timeout)
+                with it:
+                    for m in it:
+                        entries.append(K.entry_from_stored(self._bucket, m.subject, m.seq, m.data, m.headers, m.time))
+                return K.snapshot_entries(self._bucket, entries)
+            except TooManySubjectsError:
+                entries = []  # more than 1024 matching keys: the consumer path below
+        # Without direct get (or for more keys than one multi_last may match): every revision
+        # up to the snapshot, through an ordered consumer.
         bound = revision if revision is not None else self._js.stream_info(self._stream.name, timeout=timeout).state.last_seq
         for e in self._collect(filters, WatchOptions(include_history=True), timeout):
             if e.revision <= bound:

@@ -307,3 +307,18 @@ def test_many_ignored_deletes_do_not_stall_a_watcher(nats_url: str, clients: Cal
         assert e is not None and e.key == "last"
         assert w.next(10.0) is None
     assert kv.keys() == ["last"]
+
+
+def test_get_many_over_more_keys_than_one_multi_last_may_match(nats_url: str, clients: Callable[..., Client]) -> None:
+    js = clients(nats_url).jetstream()
+    kv = js.create_key_value(_bucket(), history=2)
+    for i in range(1100):
+        js.publish_async(f"$KV.{kv.bucket}.k.{i}", str(i).encode())
+    js.publish_async_complete(20.0)
+    snap = kv.put("k.0", b"zero")
+    kv.put("k.1", b"one")
+    kv.delete("k.2")
+    got = kv.get_many("k.>", timeout=20)
+    assert len(got) == 1099 and got["k.1"].value == b"one" and "k.2" not in got
+    old = kv.get_many("k.>", revision=snap, timeout=20)
+    assert len(old) == 1100 and old["k.0"].value == b"zero" and old["k.1"].value == b"1"
