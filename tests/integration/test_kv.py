@@ -322,3 +322,23 @@ def test_get_many_over_more_keys_than_one_multi_last_may_match(nats_url: str, cl
     assert len(got) == 1099 and got["k.1"].value == b"one" and "k.2" not in got
     old = kv.get_many("k.>", revision=snap, timeout=20)
     assert len(old) == 1100 and old["k.0"].value == b"zero" and old["k.1"].value == b"1"
+
+
+def test_per_key_ttl_and_the_server_s_limit_marker(nats_url: str, clients: Callable[..., Client]) -> None:
+    """A key created with a TTL expires; the server's marker (Nats-Marker-Reason: MaxAge)
+    reaches a watcher as a purge, and get says the key is gone."""
+    js = clients(nats_url).jetstream()
+    kv = js.create_key_value(_bucket(), limit_marker_ttl=60.0)
+    with kv.watch() as w:
+        assert w.next(5.0) is None
+        kv.create("short", b"lived", ttl=1.0)
+        e = w.next(5.0)
+        assert e is not None and e.operation is KeyValueOp.PUT
+        gone = w.next(10.0)
+        assert gone is not None and (gone.key, gone.operation) == ("short", KeyValueOp.PURGE)
+    with pytest.raises(KeyNotFoundError):
+        kv.get("short")
+    assert kv.keys() == []
+    kv.create("short", b"again")  # a create after the marker
+    kv.purge("short", ttl=1.0)    # a purge marker that expires itself
+    wait_until(lambda: kv.status().values == 0, 10, what="the purge marker to expire")
