@@ -589,3 +589,47 @@ class BatchGapError(JetStreamError):
 
 
 __all__ += ["TooManySubjectsError", "DirectGetNoRespondersError", "BatchGetUnsupportedError", "BatchGapError"]
+
+
+# --- key-value store (jscore.kv, jssync.kv) --------------------------------------------------
+
+
+class InvalidKeyError(InvalidOptionError):
+    """A key (or key filter) the key-value layout does not allow; raised before anything is
+    sent."""
+
+
+class BucketNotFoundError(StreamNotFoundError):
+    """No key-value bucket of that name (its stream ``KV_<bucket>`` does not exist)."""
+
+
+class KeyNotFoundError(JetStreamError):
+    """The key has no value (never written, or gone), or the revision asked for is not one of
+    this key's."""
+
+
+class KeyDeletedError(KeyNotFoundError):
+    """The key's latest entry is a delete or purge marker. ``entry`` is that marker."""
+
+    def __init__(self, message: str, entry: object = None) -> None:
+        super().__init__(message)
+        self.entry = entry
+
+
+class KeyWrongLastSequenceError(WrongLastSequenceError):
+    """A compare-and-set write (``update``, ``delete(last=)``, ``purge(last=)``) found another
+    revision than the one given (the server's 10071)."""
+
+
+class KeyExistsError(KeyWrongLastSequenceError):
+    """``create`` found a value for the key."""
+
+
+__all__ += [
+    "InvalidKeyError",
+    "BucketNotFoundError",
+    "KeyNotFoundError",
+    "KeyDeletedError",
+    "KeyWrongLastSequenceError",
+    "KeyExistsError",
+]

@@ -800,3 +800,19 @@ def encode(value: Any) -> bytes:
 from .jsmsg import MsgMetadata, SequencePair  # noqa: E402
 
 __all__ += ["MsgMetadata", "SequencePair"]
+
+# The key-value store's models live with its rules (jscore.kv); importable from here too
+# (lazily: jscore.kv imports this module).
+if TYPE_CHECKING:
+    from .kv import KeyValueEntry, KeyValueOp, KeyValueStatus  # noqa: F401
+
+_KV_MODELS = ("KeyValueEntry", "KeyValueOp", "KeyValueStatus")
+__all__ += list(_KV_MODELS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _KV_MODELS:
+        from . import kv
+
+        return getattr(kv, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -47,6 +47,7 @@ from .msg import JsMsg, Msg
 from .ordered import OrderedConsumeContext, OrderedConsumer, OrderedMessageStream
 from .pull import ConsumeContext, FetchResult, MessageStream
 from .stream import Stream
+from .kv import KeyValue, KeyWatcher, KeyValueEntry, KeyValueOp, KeyValueStatus
 
 __version__ = "0.1.0"
 
@@ -77,6 +78,12 @@ __all__ = [
     "PinIdCleared",
     "ConsumerReconnected",
     "ConsumeTerminated",
+    # key-value store
+    "KeyValue",
+    "KeyWatcher",
+    "KeyValueEntry",
+    "KeyValueOp",
+    "KeyValueStatus",
     # models
     "StreamConfig",
     "StreamInfo",

@@ -17,7 +17,8 @@ from typing import Any
 
 import msgspec
 
-from jscore.errors import NatsError
+from jscore.errors import KeyNotFoundError, NatsError
+from jscore.kv import check_bucket, check_filter, check_key
 from jscore.times import NatsTime
 
 from .client import Client, connect
@@ -125,6 +126,7 @@ def demo(url: str | None, auth: Auth | None = None) -> int:
 
             _demo_jetstream(nc, check)
             _demo_priority(nc, server, check)
+            _demo_kv(nc, check)
 
             stats = nc.stats
             _say(f"stats: {stats}")
@@ -132,6 +134,38 @@ def demo(url: str | None, auth: Auth | None = None) -> int:
     failed = [label for label, ok in checks if not ok]
     _say("demo " + ("FAILED: " + ", ".join(failed) if failed else "passed"))
     return 1 if failed else 0
+
+
+def _demo_kv(nc: Client, check: Callable[[str, bool], None]) -> None:
+    """The key-value part of the demo: a bucket, compare-and-set, a watcher, a snapshot."""
+    from jscore.errors import BucketNotFoundError, KeyWrongLastSequenceError
+
+    js = nc.jetstream()
+    with contextlib.suppress(BucketNotFoundError):
+        js.delete_key_value("JSSYNC_DEMO_KV")  # a previous run against the same server
+    _say("key-value store:")
+    kv = js.create_key_value("JSSYNC_DEMO_KV", history=5)
+    rev = kv.put("settings.color", b"blue")
+    try:
+        kv.update("settings.color", b"red", last=rev + 1)
+        check("a stale compare-and-set is refused", False)
+    except KeyWrongLastSequenceError:
+        check("a stale compare-and-set is refused", True)
+    with kv.watch("settings.>") as watcher:
+        first, marker = watcher.next(5.0), watcher.next(5.0)
+        kv.update("settings.color", b"red", last=rev)
+        kv.put("settings.size", b"XL")
+        changes = [watcher.next(5.0), watcher.next(5.0)]
+    check("the watcher saw the value, the caught-up marker, then both changes",
+          first is not None and first.value == b"blue" and marker is None
+          and [(c.key, c.value) if c else None for c in changes] == [("settings.color", b"red"), ("settings.size", b"XL")])
+    snap = kv.get_many("settings.>")
+    _say(f"    snapshot: { {k: e.value.decode() for k, e in snap.items()} }")
+    check("get_many read both keys from one snapshot", {k: e.value for k, e in snap.items()}
+          == {"settings.color": b"red", "settings.size": b"XL"})
+    kv.delete("settings.size")
+    check("a deleted key is not listed", kv.keys() == ["settings.color"])
+    _say(f"    history of settings.color: {[e.value.decode() for e in kv.history('settings.color')]}")
 
 
 def _demo_jetstream(nc: Client, check: Callable[[str, bool], None]) -> None:
@@ -528,6 +562,86 @@ def consumer_cmd(url: str | None, action: str, stream: str, name: str | None, fi
     return 0
 
 
+# --- key-value store (jssync kv ...) ----------------------------------------------------------
+
+KV_ACTIONS = ["add", "put", "get", "del", "purge", "ls", "keys", "history", "watch", "rm"]
+
+
+def _kv_line(e: Any) -> str:
+    value = e.value.decode("utf-8", "backslashreplace")
+    return f"{e.key}\trevision={e.revision}\top={e.operation.value}\tcreated={e.created.isoformat()}\t{value}"
+
+
+def kv_cmd(url: str | None, args: argparse.Namespace, auth: Auth | None = None) -> int:
+    """``jssync kv ACTION [BUCKET] [KEY] [VALUE]``."""
+    server = _need_server(url)
+    action, bucket, key, value = args.action, args.bucket, args.key, args.value
+    if action != "ls" and not bucket:
+        print(f"jssync kv {action}: a bucket name is needed", file=sys.stderr)
+        return 2
+    if action in ("put", "get", "del", "purge", "history") and not key:
+        print(f"jssync kv {action}: a key is needed", file=sys.stderr)
+        return 2
+    if action == "put" and value is None:
+        print("jssync kv put: a value is needed", file=sys.stderr)
+        return 2
+    if bucket:
+        check_bucket(bucket)  # (bad input fails before anything is sent)
+    if key:
+        (check_filter if action in ("keys", "watch") else check_key)(key)
+    with connect(server, name="jssync-cli", **(auth or {})) as nc:
+        js = nc.jetstream()
+        if action == "ls":
+            for st in js.key_values():
+                print(f"{st.bucket}\tvalues={st.values}\thistory={st.history}\tttl={st.ttl or 0}\tbytes={st.bytes}")
+            return 0
+        if action == "add":
+            kv = js.create_key_value(bucket, history=args.history, ttl=args.ttl, replicas=args.replicas,
+                                     storage=args.storage)
+            _print_json(kv.stream.cached_info.config)
+            return 0
+        if action == "rm":
+            js.delete_key_value(bucket)
+            print(f"deleted bucket {bucket}")
+            return 0
+        kv = js.key_value(bucket)
+        if action == "put":
+            print(kv.put(key, value.encode()))
+        elif action == "get":
+            try:
+                print(_kv_line(kv.get(key, revision=args.revision)))
+            except KeyNotFoundError as exc:
+                print(f"jssync: {type(exc).__name__}: {exc}", file=sys.stderr)
+                return 1
+        elif action == "del":
+            kv.delete(key)
+            print(f"deleted {key}")
+        elif action == "purge":
+            kv.purge(key)
+            print(f"purged {key}")
+        elif action == "keys":
+            for k in kv.list_keys(*([key] if key else [])):
+                print(k)
+        elif action == "history":
+            for e in kv.history(key):
+                print(_kv_line(e))
+        else:  # watch
+            seen = 0
+            deadline = time.monotonic() + args.timeout
+            with kv.watch(*([key] if key else [])) as w:
+                while args.count == 0 or seen < args.count:
+                    try:
+                        change = w.next(max(0.0, deadline - time.monotonic()))
+                    except TimeoutError:
+                        break
+                    if change is None:
+                        print("-- caught up --", flush=True)
+                        continue
+                    print(_kv_line(change), flush=True)
+                    seen += 1
+    return 0
+
+
 _AUTH_EPILOG = """\
 The --server and authentication options go before or after the command. --creds and --nkey
 need the nkeys extra (pip install 'jssync[nkeys]'). A password or token given on the command
@@ -618,6 +732,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_con.add_argument("stream")
     p_con.add_argument("name", nargs="?", default=None)
     p_con.add_argument("--filter", default=None, help="filter subject (add)")
+    p_kv = sp.add_parser("kv", parents=[common], help="key-value buckets: " + ", ".join(KV_ACTIONS))
+    p_kv.add_argument("action", choices=KV_ACTIONS)
+    p_kv.add_argument("bucket", nargs="?", default=None)
+    p_kv.add_argument("key", nargs="?", default=None, help="a key (keys, watch: a filter)")
+    p_kv.add_argument("value", nargs="?", default=None, help="the value (put)")
+    p_kv.add_argument("--history", type=int, default=1, help="values kept per key (add)")
+    p_kv.add_argument("--ttl", type=float, default=None, help="seconds a value is kept (add)")
+    p_kv.add_argument("--replicas", type=int, default=1)
+    p_kv.add_argument("--storage", choices=["file", "memory"], default="file")
+    p_kv.add_argument("--revision", type=int, default=None, help="the revision to get (get)")
+    p_kv.add_argument("--count", type=int, default=0, help="watch: stop after N changes (0: never)")
+    p_kv.add_argument("--timeout", type=float, default=60.0, help="watch: stop after this many seconds")
     args = parser.parse_args(argv)
     try:
         if args.command == "server":
@@ -635,6 +761,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return stream_cmd(args.server, args.action, args.name, args.subjects, args.storage, args.replicas, auth)
         if args.command == "consumer":
             return consumer_cmd(args.server, args.action, args.stream, args.name, args.filter, auth)
+        if args.command == "kv":
+            return kv_cmd(args.server, args, auth)
     except NatsError as exc:
         print(f"jssync: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -36,6 +36,7 @@ from jscore.models import (
     ConsumerNamesResponse,
     PauseResponse,
     PubAck,
+    StorageType,
     StreamConfig,
     StreamInfo,
     StreamListResponse,
@@ -52,7 +53,10 @@ from .ordered import OrderedConsumer, ordered_options
 from .stream import Stream
 
 if TYPE_CHECKING:
+    from jscore.kv import KeyValueStatus
+
     from .client import Client
+    from .kv import KeyValue
     from .msg import Msg
     from .publish import Publisher, PubAckFuture
 
@@ -147,6 +151,106 @@ class JetStream:
         jsapi.check_stream_name(stream)
         opts = ordered_options(filter_subjects, deliver_policy, opt_start_seq, opt_start_time, headers_only)
         return OrderedConsumer(self, stream, opts)
+
+    # ------------------------------------------------------------------ key-value store
+
+    def create_key_value(
+        self,
+        bucket: str,
+        *,
+        description: str | None = None,
+        history: int = 1,
+        ttl: float | None = None,
+        max_value_size: int | None = None,
+        max_bytes: int | None = None,
+        storage: StorageType | str = StorageType.FILE,
+        replicas: int = 1,
+        limit_marker_ttl: float | None = None,
+        metadata: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> KeyValue:
+        """Create the key-value bucket ``bucket`` (the stream ``KV_<bucket>``): ``description``,
+        ``history`` (1..64), ``ttl``, ``max_value_size``, ``max_bytes``, ``storage``,
+        ``replicas``, ``limit_marker_ttl``, ``metadata``. An identical bucket is not an error;
+        another configuration under that name raises :class:`StreamNameInUseError`."""
+        from .kv import create_key_value
+
+        return create_key_value(self, bucket, "create", timeout, **dict(
+            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
+            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
+            metadata=metadata,
+        ))
+
+    def update_key_value(
+        self,
+        bucket: str,
+        *,
+        description: str | None = None,
+        history: int = 1,
+        ttl: float | None = None,
+        max_value_size: int | None = None,
+        max_bytes: int | None = None,
+        storage: StorageType | str = StorageType.FILE,
+        replicas: int = 1,
+        limit_marker_ttl: float | None = None,
+        metadata: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> KeyValue:
+        """Replace the bucket's configuration with the one given (:class:`BucketNotFoundError`)."""
+        from .kv import create_key_value
+
+        return create_key_value(self, bucket, "update", timeout, **dict(
+            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
+            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
+            metadata=metadata,
+        ))
+
+    def create_or_update_key_value(
+        self,
+        bucket: str,
+        *,
+        description: str | None = None,
+        history: int = 1,
+        ttl: float | None = None,
+        max_value_size: int | None = None,
+        max_bytes: int | None = None,
+        storage: StorageType | str = StorageType.FILE,
+        replicas: int = 1,
+        limit_marker_ttl: float | None = None,
+        metadata: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> KeyValue:
+        from .kv import create_key_value
+
+        return create_key_value(self, bucket, "upsert", timeout, **dict(
+            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
+            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
+            metadata=metadata,
+        ))
+
+    def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
+        """A handle on an existing bucket (:class:`BucketNotFoundError`)."""
+        from .kv import bind_key_value
+
+        return bind_key_value(self, bucket, timeout)
+
+    def delete_key_value(self, bucket: str, *, timeout: float | None = None) -> None:
+        """Delete the bucket and everything in it (:class:`BucketNotFoundError`)."""
+        from .kv import delete_key_value
+
+        delete_key_value(self, bucket, timeout)
+
+    def key_value_names(self, *, timeout: float | None = None) -> Iterator[str]:
+        """The names of every bucket."""
+        from .kv import key_value_names
+
+        return key_value_names(self, timeout)
+
+    def key_values(self, *, timeout: float | None = None) -> Iterator[KeyValueStatus]:
+        """The status of every bucket."""
+        from .kv import key_values
+
+        return key_values(self, timeout)
 
     # ------------------------------------------------------------------ account
 
