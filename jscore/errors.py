@@ -576,3 +576,46 @@ class BatchGapError(JetStreamError):
 
 
 __all__ += ["TooManySubjectsError", "DirectGetNoRespondersError", "BatchGetUnsupportedError", "BatchGapError"]
+
+
+# --- object store (jscore.objstore / jssync.objstore) ----------------------------------------
+
+
+class BucketNotFoundError(JetStreamError):
+    """The bucket (its backing stream) does not exist."""
+
+
+class InvalidBucketNameError(InvalidOptionError):
+    """A bucket name that is not 1+ characters of ``A-Z a-z 0-9 _ -`` (refused before sending)."""
+
+
+class InvalidObjectNameError(InvalidOptionError):
+    """An object name that is empty or not a string (refused before sending)."""
+
+
+class ObjectNotFoundError(JetStreamError):
+    """No such object in the bucket (or it was deleted)."""
+
+
+class ObjectExistsError(JetStreamError):
+    """The name is taken by another object (a rename or a link onto an existing object)."""
+
+
+class BadObjectMetaError(JetStreamError):
+    """The stored metadata of an object is not valid ObjectInfo JSON."""
+
+
+class DigestMismatchError(JetStreamError):
+    """The chunks read do not match the object's size, chunk count or SHA-256 digest. The
+    reader raises it instead of handing out the last chunk, so a corrupted object never reads
+    to a clean end."""
+
+
+class BucketSealedError(JetStreamError):
+    """The bucket is sealed: it can be read but not changed."""
+
+
+__all__ += [
+    "BucketNotFoundError", "InvalidBucketNameError", "InvalidObjectNameError", "ObjectNotFoundError",
+    "ObjectExistsError", "BadObjectMetaError", "DigestMismatchError", "BucketSealedError",
+]
