@@ -377,8 +377,9 @@ class PutProgress:
 class ChunkReader:
     """The reader's decisions for one object: each chunk is checked against the metadata's
     size and chunk count as it arrives; the end is the chunk the metadata announces as the
-    last (or the one after which the server reports nothing pending); the digest is checked
-    at the end, before the last chunk is handed out."""
+    last, and the server must then report nothing more pending on the chunk subject (a chunk
+    less, or one more, is an error, as it is for nats.go's reader); the digest is checked at
+    the end, before the last chunk is handed out."""
 
     __slots__ = ("info", "chunks", "size", "done")
 
@@ -405,6 +406,10 @@ class ChunkReader:
         last = self.chunks == info.chunks or num_pending == 0
         if last:
             self.done = True
+            if num_pending:
+                raise DigestMismatchError(
+                    f"object {info.name!r}: more chunks stored than its metadata says ({info.chunks})"
+                )
             if self.chunks != info.chunks or self.size != info.size:
                 raise DigestMismatchError(
                     f"object {info.name!r}: chunks missing ({self.chunks} chunks / {self.size} bytes read, "

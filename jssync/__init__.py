@@ -35,6 +35,7 @@ from .consumer import Consumer
 from .jetstream import JetStream
 from .msg import JsMsg, Msg
 from .ordered import OrderedConsumeContext, OrderedConsumer, OrderedMessageStream
+from .objstore import ObjectInfo, ObjectLink, ObjectResult, ObjectStore, ObjectStoreStatus, ObjectWatcher
 from .pull import ConsumeContext, FetchResult, MessageStream
 from .stream import Stream
 
@@ -58,6 +59,12 @@ __all__ = [
     "ConsumeContext",
     "MessageStream",
     "OrderedConsumer",
+    "ObjectInfo",
+    "ObjectLink",
+    "ObjectResult",
+    "ObjectStore",
+    "ObjectStoreStatus",
+    "ObjectWatcher",
     "OrderedConsumeContext",
     "OrderedMessageStream",
     # models

@@ -50,7 +50,10 @@ from .stream import Stream
 
 if TYPE_CHECKING:
     from .client import Client
+    from jscore.objstore import ObjectStoreStatus
+
     from .msg import Msg
+    from .objstore import ObjectStore
     from .publish import Publisher, PubAckFuture
 
 __all__ = ["JetStream", "DEFAULT_API_PREFIX"]
@@ -403,3 +406,37 @@ class JetStream:
         """Wait until every async publish is acknowledged or failed."""
         if self._publisher is not None:
             self._publisher.complete(timeout)
+
+    # ------------------------------------------------------------------ object store
+
+    def create_object_store(self, bucket: str, *, timeout: float | None = None, **options: Any) -> ObjectStore:
+        """Create the object store ``bucket`` (the stream ``OBJ_<bucket>``): ``description``,
+        ``ttl`` (seconds), ``max_bytes``, ``storage``, ``replicas``, ``metadata``,
+        ``compression``. Creating it again with the same options succeeds."""
+        from . import objstore
+
+        return objstore.create_object_store(self, bucket, timeout=timeout, **options)
+
+    def object_store(self, bucket: str, *, timeout: float | None = None) -> ObjectStore:
+        """An existing object store (:class:`BucketNotFoundError`)."""
+        from . import objstore
+
+        return objstore.object_store(self, bucket, timeout=timeout)
+
+    def delete_object_store(self, bucket: str, *, timeout: float | None = None) -> None:
+        """Delete an object store and every object in it (:class:`BucketNotFoundError`)."""
+        from . import objstore
+
+        objstore.delete_object_store(self, bucket, timeout=timeout)
+
+    def object_store_names(self, *, timeout: float | None = None) -> Iterator[str]:
+        """The names of every object store of the account."""
+        from . import objstore
+
+        return objstore.object_store_names(self, timeout=timeout)
+
+    def object_stores(self, *, timeout: float | None = None) -> Iterator[ObjectStoreStatus]:
+        """The status of every object store of the account."""
+        from . import objstore
+
+        return objstore.object_stores(self, timeout=timeout)

@@ -110,7 +110,7 @@ def _info(data: bytes, chunk: int) -> O.ObjectInfo:
 def test_reader_ok_and_end_by_count_or_pending() -> None:
     data = bytes(range(10))
     r = O.ChunkReader(_info(data, 4))
-    assert [r.accept(4, 2), r.accept(4, 1), r.accept(2, 5)] == [False, False, True]
+    assert [r.accept(4, 2), r.accept(4, 1), r.accept(2, 0)] == [False, False, True]
     r.finish(hashlib.sha256(data).digest())
     r = O.ChunkReader(_info(data, 4))
     assert [r.accept(4, None), r.accept(4, None), r.accept(2, None)] == [False, False, True]
@@ -123,6 +123,10 @@ def test_reader_refuses() -> None:
     r.accept(4, 2), r.accept(4, 1)
     with pytest.raises(DigestMismatchError):
         r.accept(4, 0)  # more bytes than the object
+    r = O.ChunkReader(_info(data, 4))
+    r.accept(4, 2), r.accept(4, 1)
+    with pytest.raises(DigestMismatchError, match="more chunks"):  # the last one, but more are stored
+        r.accept(2, 1)
     r = O.ChunkReader(_info(data, 4))
     with pytest.raises(DigestMismatchError):  # the server has nothing more: chunks missing
         r.accept(4, 0)
