@@ -15,6 +15,7 @@ import hashlib
 import os
 import random
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
@@ -219,6 +220,8 @@ class ObjectStore:
         max_payload = self._js.client.max_payload
         O.check_chunk_size(chunk_size, max_payload or None)
         hdrs = _headers_doc(headers)
+        if description is not None and not isinstance(description, str):
+            raise InvalidOptionError("description must be a str")
         if metadata is not None and not (
             isinstance(metadata, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
         ):
@@ -278,10 +281,12 @@ class ObjectStore:
         return _with_mtime(info)
 
     def _abandon(self, subject: str, in_flight: deque[PubAckFuture], timeout: float) -> None:
-        """After a failed put: let what is in flight settle, then purge the chunks sent."""
+        """After a failed put: let what is in flight settle (within one ``timeout`` in all),
+        then purge the chunks sent."""
+        deadline = time.monotonic() + timeout
         for f in in_flight:
             try:
-                f.result(timeout)
+                f.result(max(0.0, deadline - time.monotonic()))
             except BaseException:  # noqa: BLE001 - settling only
                 pass
         try:

@@ -228,3 +228,46 @@ def test_watch(obs: ObjectStore) -> None:
         obs.put("c", b"3")
         got = w.next(5.0)
         assert got is not None and got.name == "c"
+
+
+class _Failing:
+    """A file object that fails after ``n`` bytes."""
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+
+    def read(self, k: int) -> bytes:
+        if self.left <= 0:
+            raise OSError("disk gone")
+        out = b"z" * min(k, self.left)
+        self.left -= len(out)
+        return out
+
+
+def _chunk_subjects(obs: ObjectStore) -> dict[str, int]:
+    return dict(obs._stream.info(subjects_filter=O.all_chunks_subject(obs.bucket)).state.subjects or {})
+
+
+def test_failed_put_purges_its_chunks_and_keeps_the_old_object(obs: ObjectStore) -> None:
+    old = obs.put("o", b"old data")
+    with pytest.raises(OSError, match="disk gone"):
+        obs.put("o", _Failing(10_000), chunk_size=1000)
+    assert _chunk_subjects(obs) == {O.chunk_subject(obs.bucket, old.nuid): 1}
+    assert obs.get_bytes("o") == b"old data"
+
+
+def test_put_over_the_bucket_limit_fails_typed_and_purges(js: JetStream) -> None:
+    from jscore.errors import MaxBytesError
+
+    bucket = "lim" + secrets.token_hex(4)
+    obs = js.create_object_store(bucket, storage="memory", max_bytes=50_000)
+    try:
+        with pytest.raises(MaxBytesError):
+            obs.put("big", secrets.token_bytes(200_000), chunk_size=10_000)
+        assert _chunk_subjects(obs) == {}
+        with pytest.raises(ObjectNotFoundError):
+            obs.info("big")
+        obs.put("fits", b"ok")
+        assert obs.get_bytes("fits") == b"ok"
+    finally:
+        js.delete_object_store(bucket)
