@@ -12,6 +12,7 @@ the object's size; a get holds the ordered consumer's small buffer of chunks (ab
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import random
 import threading
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from jscore import objstore as O
 from jscore.errors import (
+    BadObjectMetaError,
     BucketNotFoundError,
     BucketSealedError,
     DigestMismatchError,
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ObjectStore", "ObjectResult", "ObjectWatcher", "ObjectInfo", "ObjectLink", "ObjectStoreStatus"]
 
+_log = logging.getLogger("jssync")
 _UNSET: Final[Any] = object()
 _rng_lock = threading.Lock()
 _rng = random.Random(os.urandom(16))
@@ -69,14 +72,6 @@ def _headers_doc(headers: Any) -> dict[str, list[str]] | None:
     for k, v in h.items():
         out.setdefault(k, []).append(v)
     return out or None
-
-
-def _sealed_guard(exc: BaseException, bucket: str) -> BaseException:
-    if isinstance(exc, StreamSealedError):
-        err = BucketSealedError(f"bucket {bucket!r} is sealed")
-        err.__cause__ = exc
-        return err
-    return exc
 
 
 # =========================================================================== bucket management
@@ -191,13 +186,13 @@ class ObjectStore:
                 headers=O.ROLLUP_HEADERS, timeout=timeout,
             )
         except StreamSealedError as exc:
-            raise _sealed_guard(exc, self._bucket) from exc.__cause__
+            raise BucketSealedError(f"bucket {self._bucket!r} is sealed") from exc
 
     def _purge(self, subject: str, timeout: float | None) -> None:
         try:
             self._stream.purge(subject=subject, timeout=timeout)
         except StreamSealedError as exc:
-            raise _sealed_guard(exc, self._bucket) from exc.__cause__
+            raise BucketSealedError(f"bucket {self._bucket!r} is sealed") from exc
 
     # ------------------------------------------------------------------ put
 
@@ -274,7 +269,7 @@ class ObjectStore:
         except BaseException as exc:
             self._abandon(subject, in_flight, timeout)
             if isinstance(exc, StreamSealedError):
-                raise _sealed_guard(exc, self._bucket) from exc
+                raise BucketSealedError(f"bucket {self._bucket!r} is sealed") from exc
             raise
         if previous is not None and not previous.deleted and previous.nuid and previous.nuid != nuid:
             self._purge(O.chunk_subject(self._bucket, previous.nuid), timeout)
@@ -496,7 +491,7 @@ class ObjectResult:
                 deliver_policy=DeliverPolicy.ALL,
             )
             self._msgs = oc.messages(max_messages=window, expires=max(1.0, min(30.0, timeout)))
-        else:
+        elif info.digest is not None and not info.deleted:
             self._check.finish(hashlib.sha256().digest())  # an empty object: its digest too
 
     # -- chunks
@@ -572,6 +567,13 @@ class ObjectResult:
         """Stop reading (the server consumer is deleted)."""
         self._close()
 
+    def __del__(self) -> None:
+        # A reader dropped mid-way. The garbage collector may run this on any thread, even
+        # the I/O thread under the client lock: stop the consumer from a short-lived thread.
+        msgs = getattr(self, "_msgs", None)
+        if msgs is not None and not msgs.closed:
+            threading.Thread(target=msgs.stop, name="jssync-object-reader-stop", daemon=True).start()
+
     def __enter__(self) -> ObjectResult:
         return self
 
@@ -622,7 +624,15 @@ class ObjectWatcher:
             return None
         while True:
             msg = self._msgs.next(timeout)
-            info = O.decode_info(msg.data, msg.metadata.timestamp)
+            try:
+                info = O.decode_info(msg.data, msg.metadata.timestamp)
+            except BadObjectMetaError:
+                # Not an object description (as nats.go, skip it), but never lose the marker.
+                _log.warning("jssync: skipped invalid object metadata on %s", msg.subject)
+                if self._marker_pending and msg.metadata.num_pending == 0:
+                    self._marker_pending = False
+                    return None
+                continue
             if self._marker_pending and msg.metadata.num_pending == 0:
                 self._marker_pending = False
                 self._marker_next = True

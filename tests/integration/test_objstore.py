@@ -22,6 +22,7 @@ from jscore.errors import (
     ObjectNotFoundError,
 )
 from jssync import Client, JetStream, ObjectStore
+from jssync.server import NatsServer
 from tests.integration import clients  # noqa: F401 - fixture
 
 
@@ -271,3 +272,57 @@ def test_put_over_the_bucket_limit_fails_typed_and_purges(js: JetStream) -> None
         assert obs.get_bytes("fits") == b"ok"
     finally:
         js.delete_object_store(bucket)
+
+
+def test_deleted_with_show_deleted_reads_empty(obs: ObjectStore) -> None:
+    obs.put("d", b"data")
+    obs.delete("d")
+    with obs.get("d", show_deleted=True) as r:
+        assert r.info.deleted and r.read() == b""
+    obs.put("empty", b"")
+    assert obs.get_bytes("empty") == b"" and obs.info("empty").chunks == 0
+
+
+def test_watch_skips_invalid_metadata(js: JetStream, obs: ObjectStore) -> None:
+    obs.put("good", b"1")
+    js.publish(f"$O.{obs.bucket}.M.junk", b"not json")
+    with obs.watch() as w:
+        got = w.next(5.0)
+        assert got is not None and got.name == "good"
+        assert w.next(5.0) is None
+
+
+def test_a_dropped_reader_deletes_its_consumer(obs: ObjectStore) -> None:
+    import gc
+    import time
+
+    obs.put("big", secrets.token_bytes(2_000_000), chunk_size=10_000)
+    r = obs.get("big")
+    assert len(r.read(10)) == 10
+    assert len(list(obs._stream.consumer_names())) == 1
+    del r
+    gc.collect()
+    deadline = time.monotonic() + 5.0
+    while list(obs._stream.consumer_names()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # (the test waits for the server; the client never sleeps)
+    assert list(obs._stream.consumer_names()) == []
+
+
+def test_watch_survives_a_server_restart(nats_server: NatsServer, clients: Callable[..., Client]) -> None:  # noqa: F811
+    js = clients(nats_server.url, reconnect_wait=0.1).jetstream(timeout=5.0)
+    obs = js.create_object_store("restart")
+    obs.put("before", b"1")
+    with obs.watch() as w:
+        assert (w.next(5.0) or O.ObjectInfo(name="")).name == "before"
+        assert w.next(5.0) is None
+        nats_server.restart()
+        obs2 = js.object_store("restart", timeout=10.0)
+        for _ in range(50):  # the first publish may meet JetStream still starting
+            try:
+                obs2.put("after", b"2", timeout=2.0)
+                break
+            except Exception:
+                continue
+        got = w.next(20.0)
+        assert got is not None and got.name == "after"
+    assert obs.get_bytes("after") == b"2"
