@@ -148,3 +148,23 @@ def test_chunk_size_and_window() -> None:
     p = O.PutProgress(4)
     with pytest.raises(InvalidOptionError):
         p.add(5)
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=200), st.dictionaries(
+    st.sampled_from(["name", "bucket", "nuid", "size", "chunks", "digest", "deleted", "headers", "options",
+                     "metadata", "mtime", "description"]),
+    st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                 lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+                 max_leaves=6)).map(lambda d: json.dumps(d).encode())))
+def test_decode_info_any_bytes(data: bytes) -> None:
+    """Whatever is stored on a metadata subject: an ObjectInfo or BadObjectMetaError, nothing else."""
+    try:
+        info = O.decode_info(data)
+    except BadObjectMetaError:
+        return
+    assert isinstance(info, O.ObjectInfo) and isinstance(info.name, str)

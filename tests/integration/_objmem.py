@@ -64,8 +64,15 @@ def main() -> None:
                 sha.update(chunk)
                 n += len(chunk)
         get_peak = hwm_kib() - base
+        # control: the measurement sees 16 MiB held at once (so the checks above can fail)
+        reset_hwm()
+        base = hwm_kib()
+        held = b"c" * (16 << 20)
+        control = hwm_kib() - base
+        del held
         ok = n == size and sha.digest() == src.sha.digest() and info.size == size
-        print(json.dumps({"put_kib": put_peak, "get_kib": get_peak, "ok": ok, "chunks": info.chunks}))
+        print(json.dumps({"put_kib": put_peak, "get_kib": get_peak, "ok": ok, "chunks": info.chunks,
+                          "control_kib": control}))
 
 
 if __name__ == "__main__":

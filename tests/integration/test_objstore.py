@@ -326,3 +326,16 @@ def test_watch_survives_a_server_restart(nats_server: NatsServer, clients: Calla
         got = w.next(20.0)
         assert got is not None and got.name == "after"
     assert obs.get_bytes("after") == b"2"
+
+
+def test_a_reader_waiting_for_lost_chunks_times_out(obs: ObjectStore) -> None:
+    import time
+
+    from jscore.errors import TimeoutError as JsTimeoutError
+
+    info = obs.put("lost", secrets.token_bytes(1000), chunk_size=100)
+    obs._stream.purge(subject=O.chunk_subject(obs.bucket, info.nuid))
+    t0 = time.monotonic()
+    with pytest.raises(JsTimeoutError):
+        obs.get_bytes("lost", timeout=1.0)
+    assert time.monotonic() - t0 < 3.0
