@@ -22,6 +22,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
+import msgspec
+
 from jscore import objstore as O
 from jscore.errors import (
     BadObjectMetaError,
@@ -355,8 +357,6 @@ class ObjectStore:
             changes["headers"] = hdrs
         if metadata is not _UNSET:
             changes["metadata"] = metadata
-        import msgspec
-
         new = msgspec.structs.replace(info, **changes)
         self._publish_meta(new, timeout)
         if new.name != name:
@@ -398,8 +398,6 @@ class ObjectStore:
     def seal(self, *, timeout: float | None = None) -> None:
         """Seal the bucket: from now on it can be read, not changed (nor unsealed)."""
         info = self._stream.info(timeout=timeout)
-        import msgspec
-
         cfg = msgspec.structs.replace(info.config, sealed=True)
         self._stream = self._js.update_stream(cfg, timeout=timeout)
 
@@ -439,8 +437,6 @@ class ObjectStore:
 def _with_mtime(info: ObjectInfo) -> ObjectInfo:
     """What a change returns: the client's time of the change (the stored document carries a
     zero time; a later :meth:`ObjectStore.info` gives the server's)."""
-    import msgspec
-
     return msgspec.structs.replace(info, mtime=datetime.now(timezone.utc))
 
 

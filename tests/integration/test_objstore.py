@@ -135,8 +135,15 @@ def test_seal_status_names(js: JetStream, obs: ObjectStore) -> None:
     assert st.bucket == obs.bucket and not st.sealed and st.size > 0 and st.backing_store == "JetStream"
     assert obs.bucket in set(js.object_store_names())
     assert obs.bucket in {s.bucket for s in js.object_stores()}
+    stale = js.object_store(obs.bucket)  # opened before the seal: the server refuses its writes
     obs.seal()
     assert obs.status().sealed
+    with pytest.raises(BucketSealedError):
+        stale.put("b", b"y")
+    with pytest.raises(BucketSealedError):
+        stale.delete("a")
+    with pytest.raises(BucketSealedError):
+        stale.update_meta("a", description="x")
     with pytest.raises(BucketSealedError):
         obs.put("b", b"y")
     with pytest.raises(BucketSealedError):
