@@ -539,15 +539,25 @@ class ObjectResult:
             self._buf, self._pos = b"", 0
             parts.extend(iter(self._next_chunk, None))
             return b"".join(parts)
-        while len(self._buf) - self._pos < n:
+        pos, buf = self._pos, self._buf
+        if len(buf) - pos >= n:
+            self._pos = pos + n
+            return buf[pos:pos + n]
+        parts = [buf[pos:]]
+        have = len(parts[0])
+        self._buf, self._pos = b"", 0
+        while have < n:
             chunk = self._next_chunk()
             if chunk is None:
                 break
-            self._buf = self._buf[self._pos:] + chunk
-            self._pos = 0
-        out = self._buf[self._pos:self._pos + n]
-        self._pos += len(out)
-        return out
+            need = n - have
+            if len(chunk) > need:
+                parts.append(chunk[:need])
+                self._buf, self._pos = chunk, need
+                break
+            parts.append(chunk)
+            have += len(chunk)
+        return b"".join(parts)
 
     def readinto(self, b: bytearray | memoryview) -> int:
         data = self.read(len(b))

@@ -346,3 +346,30 @@ def test_a_reader_waiting_for_lost_chunks_times_out(obs: ObjectStore) -> None:
     with pytest.raises(JsTimeoutError):
         obs.get_bytes("lost", timeout=1.0)
     assert time.monotonic() - t0 < 3.0
+
+
+def test_reads_of_any_sizes(obs: ObjectStore) -> None:
+    import random
+    import shutil
+
+    data = secrets.token_bytes(700_001)
+    obs.put("r", data, chunk_size=65_536)
+    rng = random.Random(7)
+    for _ in range(3):
+        with obs.get("r") as r:
+            parts = []
+            while True:
+                k = rng.choice([0, 1, 7, 1000, 65_535, 65_536, 65_537, 250_000])
+                piece = r.read(k)
+                if k and not piece:
+                    break
+                assert len(piece) <= k
+                parts.append(piece)
+            assert b"".join(parts) == data
+    with obs.get("r") as r:
+        buf = bytearray(100_000)
+        n = r.readinto(buf)
+        assert bytes(buf[:n]) == data[:n] and n == 100_000
+        out = io.BytesIO()
+        shutil.copyfileobj(r, out)  # the rest
+        assert out.getvalue() == data[100_000:]
