@@ -35,6 +35,7 @@ from jscore.models import (
     ConsumerListResponse,
     ConsumerNamesResponse,
     PubAck,
+    StorageType,
     StreamConfig,
     StreamInfo,
     StreamListResponse,
@@ -409,13 +410,28 @@ class JetStream:
 
     # ------------------------------------------------------------------ object store
 
-    def create_object_store(self, bucket: str, *, timeout: float | None = None, **options: Any) -> ObjectStore:
-        """Create the object store ``bucket`` (the stream ``OBJ_<bucket>``): ``description``,
-        ``ttl`` (seconds), ``max_bytes``, ``storage``, ``replicas``, ``metadata``,
-        ``compression``. Creating it again with the same options succeeds."""
+    def create_object_store(
+        self,
+        bucket: str,
+        *,
+        description: str | None = None,
+        ttl: float | None = None,
+        max_bytes: int | None = None,
+        storage: StorageType | str = StorageType.FILE,
+        replicas: int = 1,
+        metadata: dict[str, str] | None = None,
+        compression: bool = False,
+        timeout: float | None = None,
+    ) -> ObjectStore:
+        """Create the object store ``bucket`` (the stream ``OBJ_<bucket>``); ``ttl`` in
+        seconds, ``compression`` s2 on the server. Creating it again with the same options
+        succeeds; with different ones it raises :class:`StreamNameInUseError`."""
         from . import objstore
 
-        return objstore.create_object_store(self, bucket, timeout=timeout, **options)
+        return objstore.create_object_store(
+            self, bucket, description=description, ttl=ttl, max_bytes=max_bytes, storage=storage,
+            replicas=replicas, metadata=metadata, compression=compression, timeout=timeout,
+        )
 
     def object_store(self, bucket: str, *, timeout: float | None = None) -> ObjectStore:
         """An existing object store (:class:`BucketNotFoundError`)."""

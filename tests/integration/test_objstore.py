@@ -373,3 +373,12 @@ def test_reads_of_any_sizes(obs: ObjectStore) -> None:
         out = io.BytesIO()
         shutil.copyfileobj(r, out)  # the rest
         assert out.getvalue() == data[100_000:]
+
+
+def test_create_again(js: JetStream, obs: ObjectStore) -> None:
+    from jscore.errors import StreamNameInUseError
+
+    same = js.create_object_store(obs.bucket, storage="memory")
+    assert same.bucket == obs.bucket
+    with pytest.raises(StreamNameInUseError):
+        js.create_object_store(obs.bucket, storage="memory", description="different")
