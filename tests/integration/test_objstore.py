@@ -382,3 +382,45 @@ def test_create_again(js: JetStream, obs: ObjectStore) -> None:
     assert same.bucket == obs.bucket
     with pytest.raises(StreamNameInUseError):
         js.create_object_store(obs.bucket, storage="memory", description="different")
+
+
+def test_put_across_a_server_restart_ends_cleanly(nats_server: NatsServer, clients: Callable[..., Client]) -> None:  # noqa: F811
+    """A server restart in the middle of a put: the put either completes (the object reads
+    back whole) or fails with a typed error within its timeout; no partial object is visible."""
+    import time
+
+    from jscore.errors import NatsError
+
+    js = clients(nats_server.url, reconnect_wait=0.1).jetstream(timeout=3.0)
+    obs = js.create_object_store("midput")
+    data = secrets.token_bytes(3_000_000)
+
+    class Src:
+        def __init__(self) -> None:
+            self.pos = 0
+
+        def read(self, k: int) -> bytes:
+            if self.pos >= 1_000_000 and not hasattr(self, "restarted"):
+                self.restarted = True
+                nats_server.restart()
+            out = data[self.pos:self.pos + k]
+            self.pos += len(out)
+            return out
+
+    t0 = time.monotonic()
+    try:
+        info = obs.put("o", Src(), chunk_size=100_000, timeout=3.0)
+    except NatsError as exc:
+        outcome = f"failed ({type(exc).__name__}: {exc})"
+    else:
+        outcome = "stored"
+        assert info.size == len(data)
+    print("outcome:", outcome, round(time.monotonic() - t0, 2))
+    assert time.monotonic() - t0 < 40.0
+    again = js.object_store("midput", timeout=10.0)
+    if outcome == "stored":
+        assert again.get_bytes("o", timeout=10.0) == data
+    else:
+        with pytest.raises(ObjectNotFoundError):
+            again.info("o", timeout=10.0)
+        assert outcome.startswith("failed")
