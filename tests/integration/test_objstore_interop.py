@@ -88,3 +88,30 @@ def test_natspy_writes_jssync_reads(nats_url: str, peer: NatsPyPeer, clients: Ca
         assert peer.run(pobs.get("small")).data == b"replaced by jssync"
     finally:
         js.delete_object_store(bucket)
+
+
+def test_metadata_changes_and_watch_across_clients(
+    nats_url: str, peer: NatsPyPeer, clients: Callable[..., Client]  # noqa: F811
+) -> None:
+    js = clients(nats_url).jetstream()
+    bucket = _bucket()
+    obs = js.create_object_store(bucket)
+    try:
+        obs.put("doc", b"content", description="v1")
+        pjs: Any = peer.nc.jetstream()
+        pobs = peer.run(pjs.object_store(bucket))
+        peer.run(pobs.update_meta("doc", api.ObjectMeta(name="doc", description="set by nats-py")))
+        assert obs.info("doc").description == "set by nats-py"
+        assert obs.get_bytes("doc") == b"content"
+        obs.update_meta("doc", description="set by jssync")
+        pinfo = peer.run(pobs.get_info("doc"))
+        assert pinfo.description == "set by jssync" and pinfo.size == 7
+        with obs.watch(updates_only=True) as w:
+            peer.run(pobs.put("from-py", b"x"))
+            got = w.next(5.0)
+            assert got is not None and got.name == "from-py" and got.size == 1
+            peer.run(pobs.delete("from-py"))
+            got = w.next(5.0)
+            assert got is not None and got.name == "from-py" and got.deleted
+    finally:
+        js.delete_object_store(bucket)
