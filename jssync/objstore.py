@@ -30,6 +30,7 @@ from jscore.errors import (
     BucketNotFoundError,
     BucketSealedError,
     DigestMismatchError,
+    DirectGetNoRespondersError,
     InvalidOptionError,
     MsgNotFoundError,
     NoMessagesError,
@@ -40,7 +41,7 @@ from jscore.errors import (
     TimeoutError,
 )
 from jscore.headers import Headers
-from jscore.models import DeliverPolicy, StorageType, StreamInfo
+from jscore.models import DeliverPolicy, StorageType, StoredMsg, StreamInfo
 from jscore.objstore import ObjectInfo, ObjectLink, ObjectStoreStatus
 
 from .ordered import OrderedMessageStream
@@ -159,14 +160,25 @@ class ObjectStore:
 
     # ------------------------------------------------------------------ reading metadata
 
+    def _last_msg(self, subject: str, timeout: float | None) -> StoredMsg:
+        """The last message on ``subject`` (wildcards allowed): by direct get when the bucket
+        allows it, else (and when no direct-get responder answers: a deleted bucket, or one
+        electing a leader) by the stream's API, whose answer tells which it is.
+        :class:`MsgNotFoundError` when there is none, :class:`BucketNotFoundError`."""
+        try:
+            try:
+                return self._stream.get_msg(last_by_subject=subject, timeout=timeout)
+            except DirectGetNoRespondersError:
+                return self._stream.get_msg(last_by_subject=subject, direct=False, timeout=timeout)
+        except StreamNotFoundError as exc:
+            raise BucketNotFoundError(f"object store {self._bucket!r} does not exist") from exc
+
     def _info(self, name: str, *, show_deleted: bool, timeout: float | None) -> ObjectInfo:
         O.check_object_name(name)
         try:
-            m = self._stream.get_msg(last_by_subject=O.meta_subject(self._bucket, name), timeout=timeout)
+            m = self._last_msg(O.meta_subject(self._bucket, name), timeout)
         except MsgNotFoundError:
             raise ObjectNotFoundError(f"object {name!r} not found in bucket {self._bucket!r}") from None
-        except StreamNotFoundError as exc:
-            raise BucketNotFoundError(f"object store {self._bucket!r} does not exist") from exc
         info = O.decode_info(m.data, m.time)
         if info.deleted and not show_deleted:
             raise ObjectNotFoundError(f"object {name!r} was deleted from bucket {self._bucket!r}")
@@ -397,7 +409,10 @@ class ObjectStore:
 
     def seal(self, *, timeout: float | None = None) -> None:
         """Seal the bucket: from now on it can be read, not changed (nor unsealed)."""
-        info = self._stream.info(timeout=timeout)
+        try:
+            info = self._stream.info(timeout=timeout)
+        except StreamNotFoundError as exc:
+            raise BucketNotFoundError(f"object store {self._bucket!r} does not exist") from exc
         cfg = msgspec.structs.replace(info.config, sealed=True)
         self._stream = self._js.update_stream(cfg, timeout=timeout)
 
@@ -607,7 +622,7 @@ class ObjectWatcher:
         empty = False
         if not updates_only:
             try:
-                store._stream.get_msg(last_by_subject=O.all_meta_subject(store.bucket), timeout=timeout)
+                store._last_msg(O.all_meta_subject(store.bucket), timeout)
             except MsgNotFoundError:
                 empty = True
         self._initial_empty = empty

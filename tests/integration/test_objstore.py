@@ -424,3 +424,15 @@ def test_put_across_a_server_restart_ends_cleanly(nats_server: NatsServer, clien
         with pytest.raises(ObjectNotFoundError):
             again.info("o", timeout=10.0)
         assert outcome.startswith("failed")
+
+
+def test_a_deleted_bucket_is_reported_as_such(js: JetStream) -> None:
+    bucket = "del" + secrets.token_hex(4)
+    obs = js.create_object_store(bucket, storage="memory")
+    obs.put("a", b"1")
+    js.delete_object_store(bucket)
+    for call in (lambda: obs.put("b", b"2"), lambda: obs.info("a"), lambda: obs.get("a"), obs.list,
+                 lambda: obs.delete("a"), obs.status, obs.seal, lambda: js.delete_object_store(bucket),
+                 lambda: js.object_store(bucket)):
+        with pytest.raises(BucketNotFoundError):
+            call()
