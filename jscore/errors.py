@@ -600,7 +600,14 @@ class InvalidKeyError(InvalidOptionError):
 
 
 class BucketNotFoundError(StreamNotFoundError):
-    """No key-value bucket of that name (its stream ``KV_<bucket>`` does not exist)."""
+    """No key-value bucket or object store of that name (its stream ``KV_<bucket>`` /
+    ``OBJ_<bucket>`` does not exist). Made from the server's error, or from a message."""
+
+    def __init__(self, code: int | str, err_code: int = 10059, description: str | None = None) -> None:
+        if isinstance(code, str):
+            super().__init__(404, err_code, code)
+        else:
+            super().__init__(code, err_code, description or "bucket not found")
 
 
 class KeyNotFoundError(JetStreamError):
@@ -632,4 +639,43 @@ __all__ += [
     "KeyDeletedError",
     "KeyWrongLastSequenceError",
     "KeyExistsError",
+]
+
+
+# --- object store (jscore.objstore / jssync.objstore) ----------------------------------------
+
+
+class InvalidBucketNameError(InvalidOptionError):
+    """A bucket name that is not 1+ characters of ``A-Z a-z 0-9 _ -`` (refused before sending)."""
+
+
+class InvalidObjectNameError(InvalidOptionError):
+    """An object name that is empty or not a string (refused before sending)."""
+
+
+class ObjectNotFoundError(JetStreamError):
+    """No such object in the bucket (or it was deleted)."""
+
+
+class ObjectExistsError(JetStreamError):
+    """The name is taken by another object (a rename or a link onto an existing object)."""
+
+
+class BadObjectMetaError(JetStreamError):
+    """The stored metadata of an object is not valid ObjectInfo JSON."""
+
+
+class DigestMismatchError(JetStreamError):
+    """The chunks read do not match the object's size, chunk count or SHA-256 digest. The
+    reader raises it instead of handing out the last chunk, so a corrupted object never reads
+    to a clean end."""
+
+
+class BucketSealedError(JetStreamError):
+    """The bucket is sealed: it can be read but not changed."""
+
+
+__all__ += [
+    "InvalidBucketNameError", "InvalidObjectNameError", "ObjectNotFoundError",
+    "ObjectExistsError", "BadObjectMetaError", "DigestMismatchError", "BucketSealedError",
 ]

@@ -816,3 +816,77 @@ def __getattr__(name: str) -> Any:
 
         return getattr(kv, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+# =========================================================================== object store
+# The documents of the object store (layout and decisions: jscore.objstore).
+
+
+class ObjectLink(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A link: to the object ``name`` of ``bucket``, or (``name`` unset) to the whole bucket."""
+
+    bucket: str
+    name: str | None = None
+
+
+class ObjectMetaOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    link: ObjectLink | None = None
+    max_chunk_size: int | None = None
+
+
+class ObjectInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An object's metadata, with the stored JSON names. ``mtime`` is when the metadata was
+    stored (the message's time, as nats.go reads it); ``options.link`` makes it a link."""
+
+    name: str
+    bucket: str = ""
+    nuid: str = ""
+    size: int = 0
+    mtime: datetime | None = None
+    chunks: int = 0
+    digest: str | None = None
+    deleted: bool = False
+    description: str | None = None
+    headers: dict[str, list[str]] | None = None
+    metadata: dict[str, str] | None = None
+    options: ObjectMetaOptions | None = None
+
+    @property
+    def is_link(self) -> bool:
+        return self.options is not None and self.options.link is not None
+
+    @property
+    def link(self) -> ObjectLink | None:
+        return None if self.options is None else self.options.link
+
+
+class ObjectStoreStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """A bucket's status, read from its stream info."""
+
+    bucket: str
+    description: str | None
+    ttl: float | None
+    storage: StorageType | None
+    replicas: int
+    sealed: bool
+    size: int
+    backing_store: str = "JetStream"
+    metadata: dict[str, str] | None = None
+    is_compressed: bool = False
+
+    @classmethod
+    def from_stream_info(cls, bucket: str, info: StreamInfo) -> ObjectStoreStatus:
+        c = info.config
+        return cls(
+            bucket=bucket,
+            description=c.description,
+            ttl=float(c.max_age) if c.max_age else None,
+            storage=c.storage,
+            replicas=c.num_replicas or 1,
+            sealed=bool(c.sealed),
+            size=info.state.bytes,
+            metadata=c.metadata,
+            is_compressed=c.compression is not None and c.compression != Compression.NONE,
+        )
+
+
+__all__ += ["ObjectLink", "ObjectMetaOptions", "ObjectInfo", "ObjectStoreStatus"]

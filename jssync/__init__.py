@@ -45,6 +45,7 @@ from .events import (
 from .jetstream import JetStream
 from .msg import JsMsg, Msg
 from .ordered import OrderedConsumeContext, OrderedConsumer, OrderedMessageStream
+from .objstore import ObjectInfo, ObjectLink, ObjectResult, ObjectStore, ObjectStoreStatus, ObjectWatcher
 from .pull import ConsumeContext, FetchResult, MessageStream
 from .stream import Stream
 from .kv import KeyValue, KeyWatcher, KeyValueEntry, KeyValueOp, KeyValueStatus
@@ -69,6 +70,12 @@ __all__ = [
     "ConsumeContext",
     "MessageStream",
     "OrderedConsumer",
+    "ObjectInfo",
+    "ObjectLink",
+    "ObjectResult",
+    "ObjectStore",
+    "ObjectStoreStatus",
+    "ObjectWatcher",
     "OrderedConsumeContext",
     "OrderedMessageStream",
     # consume notifications

@@ -642,6 +642,84 @@ def kv_cmd(url: str | None, args: argparse.Namespace, auth: Auth | None = None) 
     return 0
 
 
+# --------------------------------------------------------------------------- object store
+
+
+def object_cmd(url: str | None, action: str, bucket: str, name: str | None, file: str | None,
+               storage: str, replicas: int, description: str | None, chunk_size: int,
+               auth: Auth | None = None) -> int:
+    """``jssync object add|put|get|ls|info|rm BUCKET [NAME]``: the bucket layout of ``nats object``."""
+    try:
+        return _object_cmd(url, action, bucket, name, file, storage, replicas, description, chunk_size, auth)
+    except OSError as exc:
+        print(f"jssync object {action}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _object_cmd(url: str | None, action: str, bucket: str, name: str | None, file: str | None,
+                storage: str, replicas: int, description: str | None, chunk_size: int,
+                auth: Auth | None) -> int:
+    import os as _os
+
+    from .objstore import ObjectStore
+
+    server = _need_server(url)
+    if action in ("put", "get", "info") and not name and not (action == "put" and file):
+        print(f"jssync object {action}: an object name is needed", file=sys.stderr)
+        return 2
+    with connect(server, name="jssync-cli", **(auth or {})) as nc:
+        js = nc.jetstream()
+        if action == "add":
+            obs: ObjectStore = js.create_object_store(bucket, description=description, storage=storage,
+                                                      replicas=replicas)
+            _print_json(obs.status())
+            return 0
+        obs = js.object_store(bucket)
+        if action == "put":
+            oname = name or _os.path.basename(file or "")
+            if file is None or file == "-":
+                info = obs.put(oname, sys.stdin.buffer, description=description, chunk_size=chunk_size)
+            else:
+                with open(file, "rb") as f:
+                    info = obs.put(oname, f, description=description, chunk_size=chunk_size)
+            print(f"stored {info.name} in {bucket}: {info.size} bytes in {info.chunks} chunks, {info.digest}")
+        elif action == "get":
+            assert name is not None
+            target = file or "-"
+            with obs.get(name) as r:
+                if target == "-":
+                    for chunk in r:
+                        sys.stdout.buffer.write(chunk)
+                    sys.stdout.buffer.flush()
+                else:
+                    tmp = target + ".part"
+                    try:
+                        with open(tmp, "wb") as f:
+                            for chunk in r:
+                                f.write(chunk)
+                        _os.replace(tmp, target)
+                    finally:
+                        if _os.path.exists(tmp):
+                            _os.unlink(tmp)
+                    print(f"wrote {r.info.size} bytes of {name} to {target} (digest checked)", file=sys.stderr)
+        elif action == "ls":
+            for info in obs.list():
+                kind = "link" if info.is_link else f"{info.size} bytes"
+                when = info.mtime.isoformat() if info.mtime else ""
+                print(f"{info.name}\t{kind}\t{when}")
+        elif action == "info":
+            assert name is not None
+            _print_json(obs.info(name))
+        else:  # rm: an object, or the bucket without a name
+            if name:
+                obs.delete(name)
+                print(f"deleted {name} from {bucket}")
+            else:
+                js.delete_object_store(bucket)
+                print(f"deleted object store {bucket}")
+    return 0
+
+
 _AUTH_EPILOG = """\
 The --server and authentication options go before or after the command. --creds and --nkey
 need the nkeys extra (pip install 'jssync[nkeys]'). A password or token given on the command
@@ -744,6 +822,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_kv.add_argument("--revision", type=int, default=None, help="the revision to get (get)")
     p_kv.add_argument("--count", type=int, default=0, help="watch: stop after N changes (0: never)")
     p_kv.add_argument("--timeout", type=float, default=60.0, help="watch: stop after this many seconds")
+    p_obj = sp.add_parser("object", parents=[common], help="object store: add, put, get, ls, info, rm",
+                          description="Object store buckets (the layout of `nats object`). "
+                          "rm BUCKET NAME deletes an object; rm BUCKET deletes the bucket. "
+                          "put reads FILE (or stdin with -f - or no file); get writes FILE (or stdout).")
+    p_obj.add_argument("action", choices=["add", "put", "get", "ls", "info", "rm"])
+    p_obj.add_argument("bucket")
+    p_obj.add_argument("name", nargs="?", default=None, help="object name (put: default the file's name)")
+    p_obj.add_argument("--file", "-f", default=None, help="put: file to store; get: file to write ('-': stdio)")
+    p_obj.add_argument("--description", default=None)
+    p_obj.add_argument("--chunk-size", type=int, default=128 * 1024)
+    p_obj.add_argument("--storage", choices=["file", "memory"], default="file")
+    p_obj.add_argument("--replicas", type=int, default=1)
     args = parser.parse_args(argv)
     try:
         if args.command == "server":
@@ -763,6 +853,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return consumer_cmd(args.server, args.action, args.stream, args.name, args.filter, auth)
         if args.command == "kv":
             return kv_cmd(args.server, args, auth)
+        if args.command == "object":
+            return object_cmd(args.server, args.action, args.bucket, args.name, args.file, args.storage,
+                              args.replicas, args.description, args.chunk_size, auth)
     except NatsError as exc:
         print(f"jssync: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -57,7 +57,10 @@ if TYPE_CHECKING:
 
     from .client import Client
     from .kv import KeyValue
+    from jscore.objstore import ObjectStoreStatus
+
     from .msg import Msg
+    from .objstore import ObjectStore
     from .publish import Publisher, PubAckFuture
 
 __all__ = ["JetStream", "DEFAULT_API_PREFIX"]
@@ -539,3 +542,52 @@ class JetStream:
         """Wait until every async publish is acknowledged or failed."""
         if self._publisher is not None:
             self._publisher.complete(timeout)
+
+    # ------------------------------------------------------------------ object store
+
+    def create_object_store(
+        self,
+        bucket: str,
+        *,
+        description: str | None = None,
+        ttl: float | None = None,
+        max_bytes: int | None = None,
+        storage: StorageType | str = StorageType.FILE,
+        replicas: int = 1,
+        metadata: dict[str, str] | None = None,
+        compression: bool = False,
+        timeout: float | None = None,
+    ) -> ObjectStore:
+        """Create the object store ``bucket`` (the stream ``OBJ_<bucket>``); ``ttl`` in
+        seconds, ``compression`` s2 on the server. Creating it again with the same options
+        succeeds; with different ones it raises :class:`StreamNameInUseError`."""
+        from . import objstore
+
+        return objstore.create_object_store(
+            self, bucket, description=description, ttl=ttl, max_bytes=max_bytes, storage=storage,
+            replicas=replicas, metadata=metadata, compression=compression, timeout=timeout,
+        )
+
+    def object_store(self, bucket: str, *, timeout: float | None = None) -> ObjectStore:
+        """An existing object store (:class:`BucketNotFoundError`)."""
+        from . import objstore
+
+        return objstore.object_store(self, bucket, timeout=timeout)
+
+    def delete_object_store(self, bucket: str, *, timeout: float | None = None) -> None:
+        """Delete an object store and every object in it (:class:`BucketNotFoundError`)."""
+        from . import objstore
+
+        objstore.delete_object_store(self, bucket, timeout=timeout)
+
+    def object_store_names(self, *, timeout: float | None = None) -> Iterator[str]:
+        """The names of every object store of the account."""
+        from . import objstore
+
+        return objstore.object_store_names(self, timeout=timeout)
+
+    def object_stores(self, *, timeout: float | None = None) -> Iterator[ObjectStoreStatus]:
+        """The status of every object store of the account."""
+        from . import objstore
+
+        return objstore.object_stores(self, timeout=timeout)

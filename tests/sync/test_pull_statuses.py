@@ -88,6 +88,8 @@ def test_423_with_pending_headers_and_two_pin_headers(fake_server: FakeServer, c
     third = pulls.next(timeout=1.0)
     assert time.monotonic() - t0 < 0.5  # at once
     assert "id" not in third and third["batch"] == 10 and third["group"] == "jobs"
+    # (notifications reach on_event on the consume's dispatcher thread: maybe after the pull)
+    wait_until(lambda: len(log.events) >= 2, 2.0)
     assert [type(e).__name__ for e in log.events] == ["PinIdChanged", "PinIdCleared"]
     assert log.of(P.PinIdChanged)[0].pin_id == "B"
     assert not cc.closed
