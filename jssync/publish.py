@@ -354,11 +354,12 @@ class Publisher:
             machine = self._machine or self._start_locked()
             if self._prefix_b is not prefix:
                 frame = None  # a new PubAck inbox: the frame must name it
-            first = not window.pending
             now = _monotonic()
             window.add(entry, now, machine.gen if machine.connected else machine.gen + 1, token)
             # The caller's timeout rules: no re-send past it (the policy gives up instead), and
-            # the window's ack deadline is the same moment (a backstop of the caller's own wait).
+            # the window's ack deadline is the same moment, a backstop the session is not even
+            # told about (the caller's own wait below enforces it; re-sends the policy schedules
+            # are timers the I/O thread arms when the answer comes).
             entry.limit = entry.deadline = now + t
             try:
                 if frame is None or not conn.publish_frame(frame, size):
@@ -367,9 +368,6 @@ class Publisher:
                 window.remove(token)
                 raise
             shell.kick_locked()
-            if first:
-                # (the caller's own wait enforces its timeout: no need to wake the I/O thread)
-                shell.touch_locked(self._slot, wake=False)
         if not entry.lock.acquire(True, t):
             with self._lock:
                 timed_out = entry.outcome is PENDING
