@@ -529,8 +529,11 @@ def parse_nats_time(text: str) -> NatsTime:
     finds the same message again. :class:`JetStreamError` if it is neither form."""
     try:
         return _times.parse_nats_time(text)
-    except ValueError as exc:
-        raise JetStreamError(str(exc)) from None
+    except (ValueError, OverflowError) as exc:  # (an offset of 24 h or more, a year 0 ...)
+        message = str(exc)
+        if not message.startswith("invalid timestamp"):
+            message = f"invalid timestamp {text[:64]!r}: {message}"
+        raise JetStreamError(message) from None
 
 
 def stored_msg_from_get(raw: RawStoredMsg, stream: str) -> StoredMsg:

@@ -738,10 +738,35 @@ class _ErrorProbe(msgspec.Struct, frozen=True):
     error: ApiError | None = None
 
 
+class _LooseErrorProbe(msgspec.Struct, frozen=True):
+    error: Any = None
+
+
 _pub_ack_decoder: Final = msgspec.json.Decoder(_PubAckResponse)
 _error_probe: Final = msgspec.json.Decoder(_ErrorProbe)
+_loose_error_probe: Final = msgspec.json.Decoder(_LooseErrorProbe)
 _decoders: dict[Any, Any] = {}
 _encoder: Final = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+
+def _loose_api_error(data: bytes) -> JetStreamAPIError | None:
+    """The typed error of a body whose ``error`` object the strict decoders refused (a field of
+    the wrong type, a missing ``code``, a repeated key whose first value has the wrong type), or
+    None when ``data`` has no ``error`` object. Repeated keys resolve to their last value, as
+    the server's JSON decoder does; a field of the wrong type counts as absent (0, 0, "").
+    Only called after a strict decode failed: never on the path of a well-formed answer."""
+    try:
+        err = _loose_error_probe.decode(data).error
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    if type(err) is not dict:
+        return None
+    code, err_code, description = err.get("code"), err.get("err_code"), err.get("description")
+    return api_error(
+        code if type(code) is int else 0,
+        err_code if type(err_code) is int else 0,
+        description if type(description) is str else "",
+    )
 
 
 def decode_pub_ack(data: bytes) -> PubAck:
@@ -749,6 +774,9 @@ def decode_pub_ack(data: bytes) -> PubAck:
     try:
         r = _pub_ack_decoder.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        typed = _loose_api_error(data) if isinstance(exc, msgspec.ValidationError) else None
+        if typed is not None:
+            raise typed from exc
         raise JetStreamError(f"invalid PubAck {data[:128]!r}: {exc}") from exc
     if r.error is not None:
         raise r.error.to_exception()
@@ -780,6 +808,9 @@ def decode_response(data: bytes, type_: type[T]) -> T:
     try:
         err = _error_probe.decode(data)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        typed = _loose_api_error(data) if isinstance(exc, msgspec.ValidationError) else None
+        if typed is not None:
+            raise typed from exc
         raise JetStreamError(f"invalid JetStream API response {data[:128]!r}: {exc}") from exc
     if err.error is not None:
         raise err.error.to_exception()

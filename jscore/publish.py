@@ -123,8 +123,9 @@ _ack_fields_decoder: Final = msgspec.json.Decoder(_AckFields)
 def decode_ack(data: bytes) -> PubAck:
     """:func:`jscore.models.decode_pub_ack` with a fast path for the common answer: a PubAck
     body (no ``error``) decoded straight into :class:`PubAck`. Anything else goes through
-    ``decode_pub_ack``, which raises the typed error."""
-    if b'"error"' not in data:
+    ``decode_pub_ack``, which raises the typed error. A body with a backslash takes the slow path
+    too: a JSON escape can spell the key ``error`` without the bytes ``"error"``."""
+    if b'"error"' not in data and 0x5C not in data:  # 0x5C: a backslash
         try:
             ack = _ack_decoder.decode(data)
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
@@ -690,7 +691,7 @@ class PublishWindow(Generic[E]):
         entry = self.pending.pop(token, None)
         if entry is None:
             return self._answer_while_waiting(token, data, status)
-        if status is None and b'"error"' not in data:  # the common case, inlined: once per publish
+        if status is None and b'"error"' not in data and 0x5C not in data:  # the common case, inlined (see decode_ack)
             try:
                 ack = _ack_decoder.decode(data)
             except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):

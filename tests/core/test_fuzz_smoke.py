@@ -145,3 +145,40 @@ def test_headers_harness_lets_unexpected_exceptions_escape(monkeypatch: pytest.M
     monkeypatch.setattr(fuzz_headers, "parse_header_block", boom)
     with pytest.raises(KeyError):
         fuzz_headers.one_input(b"NATS/1.0\r\n\r\n")
+
+
+def test_long_inputs_are_split_around_every_line_end() -> None:
+    data = b'INFO {"x":"' + b"a" * 300 + b'"}\r\nPING\r\n'
+    assert len(data) > fuzz_wire.BYTEWISE_MAX
+    cuts = fuzz_wire.bytewise_cuts(data)
+    cr = data.index(b"\r")
+    assert {cr, cr + 1, cr + 2} <= set(cuts)  # before the CR, between CR and LF, after the LF
+    assert set(range(1, fuzz_wire.WINDOW)) <= set(cuts)
+    assert len(cuts) < 3 * fuzz_wire.WINDOW + 4 * fuzz_wire.MAX_DELIMITER_CUTS
+    assert fuzz_wire.bytewise_cuts(b"PING\r\n") == [1, 2, 3, 4, 5]
+
+
+class _CrSplitSensitiveParser:
+    """The real parser, but a chunk ending in CR adds a PONG: only a CR/LF split shows it."""
+
+    def __init__(self, max_payload: int = 0) -> None:
+        from jscore.protocol import Parser
+
+        self._real = Parser(max_payload)
+
+    poisoned = property(lambda self: self._real.poisoned)
+    buffered = property(lambda self: self._real.buffered)
+
+    def feed(self, data: bytes) -> list[object]:
+        from jscore.protocol import PongReceived
+
+        events: list[object] = list(self._real.feed(data))
+        return events + [PongReceived()] if data.endswith(b"\r") else events
+
+
+def test_wire_harness_catches_a_cr_lf_split_bug_past_the_byte_by_byte_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = b'INFO {"x":"' + b"a" * 300 + b'"}\r\nPING\r\n'
+    fuzz_wire.check_wire(data)
+    monkeypatch.setattr(fuzz_wire, "Parser", _CrSplitSensitiveParser)
+    with pytest.raises(AssertionError):
+        fuzz_wire.check_wire(data)

@@ -482,6 +482,24 @@ def test_parse_nats_time_invalid(text: str) -> None:
         jsapi.parse_nats_time(text)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2022-08-06 00:14:27.587861324 +4001 UTC",  # found by the directget fuzz target
+        "2022-08-06 00:14:27 -2400 UTC",
+        "2026-11-22T01:44:53+24:00",
+        "2026-11-22T01:44:53-99:99",
+    ],
+)
+def test_parse_nats_time_offset_of_a_day_or_more(text: str) -> None:
+    with pytest.raises(errors.JetStreamError, match="invalid timestamp"):
+        jsapi.parse_nats_time(text)
+
+
+def test_parse_nats_time_largest_offset() -> None:
+    assert jsapi.parse_nats_time("2026-11-22T01:44:53+23:59").utcoffset() == timedelta(hours=23, minutes=59)
+
+
 def test_utc_offset_zero_is_utc() -> None:
     assert jsapi.parse_nats_time("2026-01-01T00:00:00+00:00").tzinfo is UTC
     assert jsapi.parse_nats_time("2026-01-01T00:00:00-05:00").utcoffset() == -timedelta(hours=5)

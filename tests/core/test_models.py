@@ -626,3 +626,39 @@ def test_deeply_nested_unknown_field_is_skipped_or_refused_cleanly() -> None:
 def test_wrong_types_refused(body: bytes) -> None:
     with pytest.raises(errors.JetStreamError):
         decode_response(body, StreamInfo)
+
+
+# Error bodies the strict decoders refuse still raise their typed error (found by the apijson
+# fuzz target): a repeated key resolves to its last value, as the server's JSON decoder does,
+# and a field of the wrong type counts as absent.
+ODD_ERROR_BODIES = [
+    (
+        b'{"error":{"code":503,"err_code":10077,"description":7,"description":"maximum messages perd"}}',
+        errors.StoreFailedError, (503, 10077, "maximum messages perd"),
+    ),
+    (b'{"error":{"code":"500","err_code":1}}', errors.JetStreamAPIError, (0, 1, "")),
+    (b'{"error":{"code":404,"err_code":10059,"description":null}}', errors.StreamNotFoundError, (404, 10059, "")),
+    (b'{"error":{"err_code":10059,"description":"stream not found"}}', errors.StreamNotFoundError, (0, 10059, "stream not found")),
+    (b'{"error":{"code":true,"err_code":1.5,"description":["x"]}}', errors.JetStreamAPIError, (0, 0, "")),
+    (b'{"error":{"code":"x"},"error":{"code":404,"err_code":10014}}', errors.ConsumerNotFoundError, (404, 10014, "")),
+    (b'{"error":{"code":0},"stream":null}', errors.JetStreamAPIError, (0, 0, "")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "cls", "fields"), ODD_ERROR_BODIES)
+def test_odd_error_bodies_raise_typed_errors(body: bytes, cls: type[errors.JetStreamAPIError], fields: tuple[int, int, str]) -> None:
+    from jscore.publish import decode_ack
+
+    for decode_one in (lambda d: decode_response(d, StreamInfo), models.decode_pub_ack, decode_ack):
+        with pytest.raises(errors.JetStreamAPIError) as info:
+            decode_one(body)
+        assert type(info.value) is cls
+        assert (info.value.code, info.value.err_code, info.value.description) == fields
+
+
+@pytest.mark.parametrize("body", [b'{"error":"boom"}', b'{"error":[1]}', b'{"error":5}', b"[]", b'{"error":{"code":1}'])
+def test_error_that_is_not_an_object_is_a_malformed_response(body: bytes) -> None:
+    for decode_one in (lambda d: decode_response(d, StreamInfo), models.decode_pub_ack):
+        with pytest.raises(errors.JetStreamError) as info:
+            decode_one(body)
+        assert not isinstance(info.value, errors.JetStreamAPIError)

@@ -13,6 +13,7 @@ from jscore.errors import (
     DuplicateMsgIdInProcessError,
     InvalidOptionError,
     JetStreamError,
+    MaxMsgsError,
     MaxMsgsPerSubjectError,
     NoRespondersError,
     NoStreamResponseError,
@@ -28,6 +29,7 @@ from jscore.publish import (
     UNKNOWN,
     PendingPublish,
     PublishWindow,
+    decode_ack,
     publish_headers,
     ttl_value,
 )
@@ -185,6 +187,17 @@ class TestWindowBasics:
         t = w.add(e, 0.0, 0)
         w.receive_ack(t, api_err(503, 10077, "maximum messages per subject exceeded"), None, 0.0)
         assert isinstance(e.error, MaxMsgsPerSubjectError) and e.error.err_code == 10077
+
+    def test_escaped_error_key_is_not_an_ack(self) -> None:
+        # "\u0065rror" is the key "error": the fast path must not take the body for a PubAck.
+        body = b'{"stream":"S","seq":1,"\\u0065rror":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}'
+        w: PublishWindow[PendingPublish] = PublishWindow()
+        e = entry()
+        t = w.add(e, 0.0, 0)
+        w.receive_ack(t, body, None, 0.0)
+        assert e.outcome is FAILED and isinstance(e.error, MaxMsgsError)
+        with pytest.raises(MaxMsgsError):
+            decode_ack(body)
 
     def test_garbage_ack_fails_typed(self) -> None:
         w: PublishWindow[PendingPublish] = PublishWindow()
