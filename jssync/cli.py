@@ -52,13 +52,23 @@ def _server_url(url: str | None, *, jetstream: bool = True) -> Iterator[str]:
         yield srv.url
 
 
+DEFAULT_SERVER = "nats://127.0.0.1:4222"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jssync")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def _need_server(url: str | None) -> str:
-    if url:
-        return url
-    raise SystemExit(
-        "jssync: this command needs --server nats://HOST:PORT.\n"
-        "Start the embedded server with `jssync server` (it prints its URL) or use a running one."
-    )
+    """The server of a command, as the ``nats`` CLI finds it: ``--server``, else the
+    ``NATS_URL`` environment variable, else nats://127.0.0.1:4222 (where ``jssync server``
+    listens by default)."""
+    return url or os.environ.get("NATS_URL") or DEFAULT_SERVER
 
 
 # ------------------------------------------------------------------------------------ demo
@@ -758,7 +768,8 @@ examples:
 
 
 def _add_connection_options(p: argparse.ArgumentParser, default: object) -> None:
-    p.add_argument("--server", "-s", default=default, help="server URL (nats://HOST:PORT)")
+    p.add_argument("--server", "-s", default=default,
+                   help="server URL (nats://HOST:PORT); default: $NATS_URL, else nats://127.0.0.1:4222")
     g = p.add_argument_group("authentication")
     g.add_argument("--creds", default=default, metavar="FILE",
                    help="creds file: user JWT and nkey seed (read again at every reconnect)")
@@ -798,6 +809,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="jssync", description="A synchronous NATS and JetStream client.", epilog=_AUTH_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"jssync {_version()}")
     _add_connection_options(parser, None)
     # The connection options are also accepted after the command (`jssync pub --server URL ...`).
     common = argparse.ArgumentParser(add_help=False)

@@ -102,3 +102,18 @@ def test_server_help_shows_the_defaults() -> None:
     r = subprocess.run(CLI + ["server", "--help"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0
     assert "default 4222" in r.stdout and "temporary" in r.stdout
+
+
+def test_cli_finds_the_server_like_the_nats_cli(nats_url: str) -> None:
+    """--server, else NATS_URL, else nats://127.0.0.1:4222."""
+    env = {**os.environ, "NATS_URL": nats_url}
+    r = subprocess.run(CLI + ["stream", "ls"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    port = _free_port()  # nothing listens there
+    env["NATS_URL"] = f"nats://127.0.0.1:{port}"
+    r = subprocess.run(CLI + ["stream", "ls"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode != 0 and str(port) in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run(CLI + ["stream", "ls", "--server", nats_url], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(CLI + ["--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("jssync ")
