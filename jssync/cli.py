@@ -441,7 +441,7 @@ def serve(port: int, store_dir: str | None) -> int:
         signal.signal(sig, stop)
     srv: NatsServer | None = None
     try:
-        srv = NatsServer(port=port, store_dir=store_dir)
+        srv = NatsServer(port=port, store_dir=store_dir, die_with_parent=True)
         srv.start()
         store = srv.store_dir if store_dir else f"{srv.store_dir} (temporary: removed on exit)"
         _say(f"nats-server running at {srv.url} (JetStream store {store}); Ctrl-C to stop")

@@ -325,6 +325,7 @@ class NatsServer:
         host: str = "127.0.0.1",
         jetstream: bool = True,
         store_dir: str | None = None,
+        die_with_parent: bool = False,
         config: str = "",
         jetstream_config: str = "",
         name: str | None = None,
@@ -356,6 +357,10 @@ class NatsServer:
         self._extra_config = extra_config.strip()
         self._js_body = js_body
         self._name = name
+        # The kernel's parent-death signal fires when the THREAD that started the process ends,
+        # so it is only for a server started by a thread that lives as long as its owner (the
+        # `jssync server` command's main thread), not for tests restarting servers from timers.
+        self._die_with_parent = die_with_parent
         self._tmp_dir = tempfile.mkdtemp(prefix=f"jssync-nats-{name + '-' if name else ''}")
         self._own_store = store_dir is None
         self._store_dir = os.path.abspath(store_dir) if store_dir else os.path.join(self._tmp_dir, "store")
@@ -562,7 +567,7 @@ class NatsServer:
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 close_fds=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent if self._die_with_parent else None,
             )
         self._paused = False
         _register(self)
