@@ -184,6 +184,8 @@ def test_pause_and_resume(env: PullEnv) -> None:
     r = c.pause(until)
     assert r.paused and r.pause_until is not None and abs((r.pause_until - until).total_seconds()) < 1e-3
     assert r.pause_remaining is not None and 500 < r.pause_remaining <= 600
+    # (on a cluster the consumer's replicas apply the pause through its raft group: ask again)
+    wait_until(lambda: c.info().paused, timeout=10, what="consumer info to show the pause")
     info = c.info()
     assert info.paused and info.config.pause_until == r.pause_until
     # Paused: a pull waits (heartbeats, no messages).
@@ -196,7 +198,7 @@ def test_pause_and_resume(env: PullEnv) -> None:
         r = c.resume()
         assert not r.paused and r.pause_until is None
         rec.wait_count(2, timeout=5.0)
-    assert not c.info().paused
+    wait_until(lambda: not c.info().paused, timeout=10, what="consumer info to show the resume")
     # A time in the past resumes too; naive datetimes are refused before anything is sent.
     assert not c.pause(datetime(2000, 1, 1, tzinfo=UTC)).paused
     with pytest.raises(InvalidOptionError):
