@@ -1,6 +1,6 @@
 """Fuzz target: the server-to-client wire parser (:class:`jscore.protocol.Parser`).
 
-Invariant (DESIGN.md, "Testing layers" 4): the same bytes fed whole, byte by byte, or split at
+Invariant (see fuzz/README.md): the same bytes fed whole, byte by byte, or split at
 arbitrary points yield the same event list, or every feeding raises ``RemoteProtocolError`` and
 nothing else. Byte by byte means every byte of an input up to :data:`BYTEWISE_MAX` bytes; a
 longer one is fed one byte at a time over its first bytes, over a window whose place the input

@@ -10,6 +10,8 @@ Every state change of the machine lives in this module.
 
 from __future__ import annotations
 
+import builtins
+
 import enum
 from collections import deque
 from collections.abc import Sequence
@@ -19,11 +21,15 @@ from urllib.parse import unquote, urlsplit
 import msgspec
 
 from . import events as ev
+from .auth import Credentials, connect_auth_fields
 from .errors import (
+    ConnectTimeoutError,
     AuthorizationError,
     BadSubjectError,
     AuthorizationExpiredError,
+    AuthorizationRevokedError,
     ConnectionClosedError,
+    CredentialsError,
     InvalidOptionError,
     LocalProtocolError,
     MaxPayloadError,
@@ -107,6 +113,15 @@ class ConnectOptions(msgspec.Struct, frozen=True, kw_only=True):
 
         return f"ConnectOptions({', '.join(f'{f}={shown(f)}' for f in self.__struct_fields__)})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A pickle carries no secret: the password, the token and the credentials of URLs are
+        left out (whoever unpickles the options brings its own)."""
+        fields = {f: getattr(self, f) for f in self.__struct_fields__}
+        fields["password"] = None
+        fields["token"] = None
+        fields["servers"] = tuple(_without_userinfo(u) for u in self.servers)
+        return (_options_from_fields, (fields,))
+
     def validate(self) -> None:
         if not self.servers:
             raise InvalidOptionError("servers: at least one URL is needed")
@@ -169,12 +184,29 @@ def parse_server_url(url: str, *, discovered: bool = False, default_scheme: str 
     )
 
 
+def _options_from_fields(fields: dict[str, Any]) -> ConnectOptions:
+    return ConnectOptions(**fields)
+
+
+def _without_userinfo(url: str) -> str:
+    if "@" not in url:
+        return url
+    head, _, tail = url.rpartition("@")
+    scheme, sep, _cred = head.partition("://")
+    return f"{scheme}{sep}{tail}" if sep else tail
+
+
 def _redact(url: str) -> str:
     if "@" not in url:
         return url
     head, _, tail = url.rpartition("@")
     scheme, sep, _cred = head.partition("://")
     return f"{scheme}{sep}***@{tail}" if sep else f"***@{tail}"
+
+
+MAX_BACKLOG: Final = 64 * 1024 * 1024
+"""Bytes queued for a server that does not read them, past which it is stale (see
+:meth:`Connection.check_backlog`): twice the level at which publishers are made to wait."""
 
 
 class State(enum.Enum):
@@ -190,6 +222,9 @@ class State(enum.Enum):
 
 
 _CONNECTED: Final = State.CONNECTED
+# Why a connect attempt failed that says more than "unreachable": reported as such when no
+# server could be connected to (credentials refused or unusable, TLS required but not offered).
+_REFUSALS: Final = (AuthorizationError, SecureConnectionRequiredError, CredentialsError)
 _TRANSPORT_UP: Final = frozenset({State.AWAIT_INFO, State.TLS_HANDSHAKE, State.AWAIT_PONG, State.CONNECTED})
 
 
@@ -224,10 +259,13 @@ class Stats(msgspec.Struct, kw_only=True):
 class Connection:
     """The sans-IO connection machine. Not thread-safe: the transport serializes calls."""
 
-    def __init__(self, options: ConnectOptions, *, rng: Random) -> None:
+    def __init__(self, options: ConnectOptions, *, rng: Random, credentials: Credentials | None = None) -> None:
         options.validate()
         self.options = options
         self._rng = rng
+        # nkey / JWT authentication: callables of the shell (signing, the JWT), called at each
+        # handshake; the core itself holds no key and reads no file.
+        self._credentials = credentials
         self.state = State.IDLE
         self._pool = [_Entry(parse_server_url(u)) for u in dict.fromkeys(options.servers)]
         first = self._pool[0].address
@@ -397,7 +435,7 @@ class Connection:
         self._last_error = error
         if not self._ever_connected:
             self._initial_failures += 1
-            if isinstance(error, (AuthorizationError, SecureConnectionRequiredError)):
+            if isinstance(error, _REFUSALS):
                 self._initial_refusal = error
             if not self._untried():
                 # Like nats.go, the first connect tries every configured server before giving
@@ -498,6 +536,20 @@ class Connection:
             self.msgs_out += count
             return True
         return False
+
+    def check_backlog(self, queued: int) -> bool:
+        """The transport reports how many bytes it holds unwritten (the server is not reading
+        them). Past :data:`MAX_BACKLOG` the server is treated as stale: the connection is closed
+        (and re-established), so a server that sends without reading (a PING flood, say)
+        cannot grow the client without bound. True when that happened."""
+        if queued <= MAX_BACKLOG or self.state is not State.CONNECTED:
+            return False
+        err = StaleConnectionError(
+            f"the server does not read what we send ({queued} bytes queued, the limit is {MAX_BACKLOG})"
+        )
+        self._events.append(ev.ServerError(error=err, fatal=True))
+        self._close_transport(err)
+        return True
 
     def publish_ack(self, subject: str, payload: bytes) -> None:
         """Publish to a reply subject the SERVER gave (an ack subject): it came out of the
@@ -678,9 +730,11 @@ class Connection:
         return any(e.last_attempt is None for e in self._pool)
 
     def _no_servers_error(self, error: Exception | None) -> Exception:
-        if isinstance(error, (AuthorizationError, SecureConnectionRequiredError)):
+        if isinstance(error, _REFUSALS):
             return error
-        err = NoServersError(f"could not connect to any server ({', '.join(self.servers) or 'pool empty'}): {error}")
+        what = f"could not connect to any server ({', '.join(self.servers) or 'pool empty'}): {error}"
+        # (the builtin TimeoutError: the machine's connect timer and the socket's own timeout)
+        err = ConnectTimeoutError(what) if isinstance(error, builtins.TimeoutError) else NoServersError(what)
         err.__cause__ = error
         return err
 
@@ -795,6 +849,13 @@ class Connection:
                 fields["pass"] = password
         elif opts.token:
             fields["auth_token"] = opts.token
+        if self._credentials is not None:
+            try:
+                fields.update(connect_auth_fields(self._credentials, self.server_info.get("nonce")))
+            except CredentialsError as exc:
+                # Unusable credentials end this attempt before a byte of CONNECT is sent.
+                self._close_transport(exc)
+                return
         self._out.append(encode_connect(fields))
         self._out.append(PING)
         self.state = State.AWAIT_PONG
@@ -895,6 +956,9 @@ class Connection:
         mp = info.get("max_payload", DEFAULT_MAX_PAYLOAD if first else self.max_payload)
         if type(mp) is not int or not 0 < mp <= MAX_MAX_PAYLOAD:
             raise RemoteProtocolError(f"INFO has an invalid max_payload {mp!r}")
+        nonce = info.get("nonce")
+        if nonce is not None and type(nonce) is not str:
+            raise RemoteProtocolError("INFO has a nonce that is not a string")
         self.server_info = info if first else {**self.server_info, **info}
         self.max_payload = mp
         self._parser.max_payload = mp
@@ -979,8 +1043,10 @@ class Connection:
         fatal_err: Exception
         if low.startswith("authorization violation"):
             fatal_err = AuthorizationError(text)
-        elif low.startswith("user authentication expired") or low.startswith("authentication expired"):
+        elif low.startswith(("user authentication expired", "account authentication expired", "authentication expired")):
             fatal_err = AuthorizationExpiredError(text)
+        elif low.startswith(("user authentication revoked", "authentication revoked")):
+            fatal_err = AuthorizationRevokedError(text)
         elif low.startswith("stale connection"):
             fatal_err = StaleConnectionError(text)
         elif low.startswith("maximum payload violation"):

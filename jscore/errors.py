@@ -14,8 +14,11 @@ __all__ = [
     "ConnectionClosedError",
     "ConnectionLostError",
     "NoServersError",
+    "ConnectTimeoutError",
     "AuthorizationError",
     "AuthorizationExpiredError",
+    "AuthorizationRevokedError",
+    "CredentialsError",
     "SecureConnectionRequiredError",
     "TimeoutError",
     "NoRespondersError",
@@ -77,6 +80,7 @@ __all__ = [
     "ConsumerDeletedError",
     "NoHeartbeatError",
     "PinIdMismatchError",
+    "NoConsumerInfoError",
     "MsgAlreadyAckedError",
 ]
 
@@ -105,7 +109,11 @@ class AuthorizationError(NatsError):
 
 
 class AuthorizationExpiredError(AuthorizationError):
-    """The server reported 'User Authentication Expired'."""
+    """The server reported 'User Authentication Expired' (or 'Account Authentication Expired')."""
+
+
+class AuthorizationRevokedError(AuthorizationError):
+    """The server reported 'User Authentication Revoked' (the account revoked this user)."""
 
 
 class SecureConnectionRequiredError(NatsError):
@@ -114,6 +122,12 @@ class SecureConnectionRequiredError(NatsError):
 
 class TimeoutError(NatsError, builtins.TimeoutError):  # noqa: A001 - deliberate shadow
     """A blocking call ran out of time. Also a builtin :class:`TimeoutError`."""
+
+
+class ConnectTimeoutError(NoServersError, TimeoutError):
+    """No server could be reached and the last attempt ran out of time (no TCP connection, no
+    INFO, no PONG within ``connect_timeout``): a :class:`NoServersError` and a
+    :class:`TimeoutError`."""
 
 
 class NoRespondersError(NatsError):
@@ -149,6 +163,14 @@ class BadHeaderError(NatsError, ValueError):
 
 class InvalidOptionError(NatsError, ValueError):
     """An option has an invalid value or conflicts with another option."""
+
+
+class CredentialsError(InvalidOptionError):
+    """Credentials that cannot be used, found before anything is sent to a server: a creds or
+    seed file that is missing, unreadable or malformed, a seed that is not a user seed, a
+    credentials callback that failed, or the ``nkeys`` extra not installed. The message names
+    the file or callback, never the secret. (A server refusing credentials raises
+    :class:`AuthorizationError`.)"""
 
 
 # --- protocol ----------------------------------------------------------------------------
@@ -432,6 +454,11 @@ class PinIdMismatchError(JetStreamError):
     """The server answered 423: this client's pin id is no longer the pinned one."""
 
 
+class NoConsumerInfoError(JetStreamError):
+    """A consumer handle bound without its info (``js.consumer(..., bind=True)``) was asked for
+    its cached info, or for something that needs it, before ``consumer.info()`` succeeded."""
+
+
 class MsgAlreadyAckedError(JetStreamError):
     """A terminal acknowledgement was already sent for this message."""
 
@@ -562,3 +589,93 @@ class BatchGapError(JetStreamError):
 
 
 __all__ += ["TooManySubjectsError", "DirectGetNoRespondersError", "BatchGetUnsupportedError", "BatchGapError"]
+
+
+# --- key-value store (jscore.kv, jssync.kv) --------------------------------------------------
+
+
+class InvalidKeyError(InvalidOptionError):
+    """A key (or key filter) the key-value layout does not allow; raised before anything is
+    sent."""
+
+
+class BucketNotFoundError(StreamNotFoundError):
+    """No key-value bucket or object store of that name (its stream ``KV_<bucket>`` /
+    ``OBJ_<bucket>`` does not exist). Made from the server's error, or from a message."""
+
+    def __init__(self, code: int | str, err_code: int = 10059, description: str | None = None) -> None:
+        if isinstance(code, str):
+            super().__init__(404, err_code, code)
+        else:
+            super().__init__(code, err_code, description or "bucket not found")
+
+
+class KeyNotFoundError(JetStreamError):
+    """The key has no value (never written, or gone), or the revision asked for is not one of
+    this key's."""
+
+
+class KeyDeletedError(KeyNotFoundError):
+    """The key's latest entry is a delete or purge marker. ``entry`` is that marker."""
+
+    def __init__(self, message: str, entry: object = None) -> None:
+        super().__init__(message)
+        self.entry = entry
+
+
+class KeyWrongLastSequenceError(WrongLastSequenceError):
+    """A compare-and-set write (``update``, ``delete(last=)``, ``purge(last=)``) found another
+    revision than the one given (the server's 10071)."""
+
+
+class KeyExistsError(KeyWrongLastSequenceError):
+    """``create`` found a value for the key."""
+
+
+__all__ += [
+    "InvalidKeyError",
+    "BucketNotFoundError",
+    "KeyNotFoundError",
+    "KeyDeletedError",
+    "KeyWrongLastSequenceError",
+    "KeyExistsError",
+]
+
+
+# --- object store (jscore.objstore / jssync.objstore) ----------------------------------------
+
+
+class InvalidBucketNameError(InvalidOptionError):
+    """A bucket name that is not 1+ characters of ``A-Z a-z 0-9 _ -`` (refused before sending)."""
+
+
+class InvalidObjectNameError(InvalidOptionError):
+    """An object name that is empty or not a string (refused before sending)."""
+
+
+class ObjectNotFoundError(JetStreamError):
+    """No such object in the bucket (or it was deleted)."""
+
+
+class ObjectExistsError(JetStreamError):
+    """The name is taken by another object (a rename or a link onto an existing object)."""
+
+
+class BadObjectMetaError(JetStreamError):
+    """The stored metadata of an object is not valid ObjectInfo JSON."""
+
+
+class DigestMismatchError(JetStreamError):
+    """The chunks read do not match the object's size, chunk count or SHA-256 digest. The
+    reader raises it instead of handing out the last chunk, so a corrupted object never reads
+    to a clean end."""
+
+
+class BucketSealedError(JetStreamError):
+    """The bucket is sealed: it can be read but not changed."""
+
+
+__all__ += [
+    "InvalidBucketNameError", "InvalidObjectNameError", "ObjectNotFoundError",
+    "ObjectExistsError", "BadObjectMetaError", "DigestMismatchError", "BucketSealedError",
+]

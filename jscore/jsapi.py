@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Final, TypeVar
 
 import msgspec
@@ -40,6 +40,8 @@ from .models import (
     encode,
 )
 from .protocol import check_publish_subject, check_subscribe_subject
+from . import times as _times
+from .times import NatsTime
 
 __all__ = [
     "DEFAULT_API_PREFIX",
@@ -64,6 +66,7 @@ __all__ = [
     "msg_delete_request",
     "page_request",
     "unpin_request",
+    "pause_request",
     "iter_pages",
     "stored_msg_from_get",
     "stored_msg_from_direct",
@@ -232,6 +235,9 @@ class ApiSubjects:
     def consumer_unpin(self, stream: str, consumer: str) -> str:
         return f"{self.prefix}CONSUMER.UNPIN.{check_stream_name(stream)}.{check_consumer_name(consumer)}"
 
+    def consumer_pause(self, stream: str, consumer: str) -> str:
+        return f"{self.prefix}CONSUMER.PAUSE.{check_stream_name(stream)}.{check_consumer_name(consumer)}"
+
 
 # =========================================================================== request bodies
 
@@ -287,6 +293,10 @@ class _ConsumerCreateRequest(_Model, kw_only=True):
 
 class _UnpinRequest(_Model, kw_only=True):
     group: str
+
+
+class _PauseRequest(_Model, kw_only=True):
+    pause_until: datetime | None = None
 
 
 def _check_seq(seq: object, what: str = "seq") -> int:
@@ -468,6 +478,18 @@ def unpin_request(group: str) -> bytes:
     return encode(_UnpinRequest(group=check_group_name(group)))
 
 
+def pause_request(until: datetime | None) -> bytes:
+    """The body of ``CONSUMER.PAUSE``: ``{"pause_until": <RFC 3339>}``, or ``{}`` to resume (what
+    nats.go sends). ``until`` must be an aware datetime."""
+    if until is None:
+        return b"{}"
+    if not isinstance(until, datetime):
+        raise InvalidOptionError(f"until must be a datetime, got {type(until).__name__}")
+    if until.tzinfo is None or until.utcoffset() is None:
+        raise InvalidOptionError(f"until must be timezone-aware, got {until!r}")
+    return encode(_PauseRequest(pause_until=until))
+
+
 # =========================================================================== paging
 
 
@@ -500,35 +522,18 @@ DIRECT_GET_HEADERS: Final = frozenset(
     )
 )
 
-_TIME_RE: Final = re.compile(
-    r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?"
-    r"(?:\s*(Z|[+-]\d\d:?\d\d))?(?:\s+(?:[A-Za-z]{1,5}|[+-]\d{2,4}))?"
-)
-
-
-def parse_nats_time(text: str) -> datetime:
-    """Parse a server timestamp: RFC 3339 with up to nanoseconds (``2026-11-22T01:44:53.269610481Z``,
-    what nats-server 2.15 sends in ``Nats-Time-Stamp``) or Go's ``time.String()`` form
-    (``2022-08-06 00:29:27.587861324 +0000 UTC``, older servers). Returns an aware datetime
-    (nanoseconds rounded to microseconds). :class:`JetStreamError` if it is neither."""
-    m = _TIME_RE.fullmatch(text.strip())
-    if m is None:
-        raise JetStreamError(f"invalid timestamp {text[:64]!r}")
-    year, month, day, hour, minute, second, frac, tz = m.groups()
-    nanos = int((frac or "0").ljust(9, "0"))
+def parse_nats_time(text: str) -> NatsTime:
+    """Parse a server timestamp (RFC 3339 with up to nanoseconds, or Go's ``time.String()``
+    form of older servers) into an exact :class:`~jscore.times.NatsTime`: its datetime value
+    is truncated to microseconds and it keeps the nanoseconds, so ``start_time=`` with it
+    finds the same message again. :class:`JetStreamError` if it is neither form."""
     try:
-        if tz is None or tz == "Z":
-            tzinfo = timezone.utc
-        else:
-            digits = tz[1:].replace(":", "")
-            offset = timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
-            # timezone() refuses an offset of 24 h or more (ValueError): inside the try.
-            tzinfo = timezone.utc if not offset else timezone(-offset if tz[0] == "-" else offset)
-        stamp = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), 0, tzinfo)
-        # Round to microseconds as msgspec does for the JSON timestamps of STREAM.MSG.GET.
-        return stamp + timedelta(microseconds=(nanos + 500) // 1000)
-    except (ValueError, OverflowError) as exc:
-        raise JetStreamError(f"invalid timestamp {text[:64]!r}: {exc}") from None
+        return _times.parse_nats_time(text)
+    except (ValueError, OverflowError) as exc:  # (an offset of 24 h or more, a year 0 ...)
+        message = str(exc)
+        if not message.startswith("invalid timestamp"):
+            message = f"invalid timestamp {text[:64]!r}: {message}"
+        raise JetStreamError(message) from None
 
 
 def stored_msg_from_get(raw: RawStoredMsg, stream: str) -> StoredMsg:

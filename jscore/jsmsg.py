@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Final
 
 import msgspec
 
 from .errors import InvalidOptionError, MsgAlreadyAckedError, NotJetStreamMessageError
 from .machine import ConnectionClosed, Stop
+from .times import from_unix_ns, unix_ns
 
 __all__ = [
     "SequencePair",
@@ -56,7 +57,6 @@ __all__ = [
     "AckTracker",
 ]
 
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MAX_U64: Final = 2**64 - 1
 _MAX_U64_DIGITS: Final = 20
 _NS_PER_SECOND: Final = 1_000_000_000
@@ -81,9 +81,10 @@ class SequencePair(msgspec.Struct, frozen=True, gc=False):
 class MsgMetadata(msgspec.Struct, frozen=True, gc=False):
     """What the ack subject says about a delivered message.
 
-    ``timestamp`` is when the message was stored, an aware UTC datetime (microsecond
-    precision, the limit of :class:`datetime`); ``timestamp_ns`` keeps the server's exact
-    nanoseconds since the Unix epoch. ``domain`` is None without a JetStream domain (v1
+    ``timestamp`` is when the message was stored, an aware UTC datetime: a
+    :class:`~jscore.times.NatsTime` that keeps the server's nanoseconds (its datetime value is
+    truncated to microseconds, never later than the stamp, so ``start_time=`` with it finds
+    the message again); ``timestamp_ns`` is the same time in nanoseconds since the Unix epoch. ``domain`` is None without a JetStream domain (v1
     subjects, or ``_`` in v2). ``account_hash`` and ``token`` are set only by v2 subjects; they
     are kept so that :func:`format_ack_subject` rebuilds the subject exactly.
 
@@ -104,8 +105,7 @@ class MsgMetadata(msgspec.Struct, frozen=True, gc=False):
 
     def __post_init__(self) -> None:
         if self.timestamp_ns < 0:
-            micros = (self.timestamp - _EPOCH) // timedelta(microseconds=1)
-            msgspec.structs.force_setattr(self, "timestamp_ns", micros * 1000)
+            msgspec.structs.force_setattr(self, "timestamp_ns", unix_ns(self.timestamp))
 
 
 def _bad(reply: str, why: str) -> NotJetStreamMessageError:
@@ -169,7 +169,7 @@ def parse_ack_subject(reply: str) -> MsgMetadata:
         domain,
         delivered,
         pending,
-        _EPOCH + timedelta(microseconds=(ts_ns + 500) // 1000),  # rounded, like StoredMsg.time
+        from_unix_ns(ts_ns),  # exact: truncated to microseconds plus the nanoseconds
         SequencePair(sseq, cseq),
         ts_ns,
         account_hash,

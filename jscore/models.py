@@ -8,8 +8,10 @@ Conventions:
   typed :data:`Duration` (a ``float`` subclass at run time, plain ``float`` for type checkers):
   ``StreamConfig(duplicate_window=120.0)`` encodes ``"duplicate_window":120000000000`` and
   decodes back to ``120.0``. Ints and floats assigned later are converted when encoding.
-* Timestamps are timezone-aware :class:`datetime.datetime` values (RFC 3339 on the wire,
-  nanosecond fractions accepted and rounded to microseconds). Go's zero time
+* Timestamps are timezone-aware :class:`datetime.datetime` values (RFC 3339 on the wire).
+  Every timestamp decoded from the server is a :class:`~jscore.times.NatsTime`: a datetime
+  truncated to microseconds that keeps the server's nanoseconds, and is sent back with all of
+  them (``opt_start_time=msg.time`` starts exactly at that message). Go's zero time
   (``0001-01-01T00:00:00Z``, "never") decodes as ``None``. A naive datetime in a request is
   refused (:class:`~jscore.errors.InvalidOptionError`).
 * Enums hold the wire strings; a value this client does not know yet (a newer server) decodes
@@ -31,6 +33,7 @@ import msgspec
 
 from .errors import InvalidOptionError, JetStreamAPIError, JetStreamError, api_error
 from .headers import Headers
+from .times import NatsTime, format_rfc3339, parse_nats_time
 
 __all__ = [
     # enums
@@ -82,6 +85,7 @@ __all__ = [
     "ConsumerNamesResponse",
     "ConsumerListResponse",
     "SuccessResponse",
+    "PauseResponse",
     "PurgeResponse",
     "MsgGetResponse",
     "StreamInfoResponse",
@@ -101,7 +105,9 @@ NS_PER_SECOND: Final = 1_000_000_000
 
 if TYPE_CHECKING:
     Duration = float
+    _Time = datetime  # a datetime to type checkers (users pass plain datetimes) ...
 else:
+    _Time = NatsTime  # ... and decoded by msgspec as the exact NatsTime (see _dec_hook)
 
     class Duration(float):
         """Seconds (a float) that travel as integer nanoseconds."""
@@ -130,6 +136,11 @@ def duration_to_ns(seconds: float) -> int:
 def _enc_hook(obj: Any) -> Any:
     if isinstance(obj, Duration):
         return duration_to_ns(obj)
+    if isinstance(obj, NatsTime):
+        if obj.nanosecond:
+            return format_rfc3339(obj)  # all nine digits: the server matches them exactly
+        # Nothing below the microsecond: the same text as the equal plain datetime.
+        return datetime(obj.year, obj.month, obj.day, obj.hour, obj.minute, obj.second, obj.microsecond, obj.tzinfo)
     raise NotImplementedError(f"cannot encode {type(obj).__name__}")
 
 
@@ -138,6 +149,10 @@ def _dec_hook(type_: type, obj: Any) -> Any:
         if isinstance(obj, bool) or not isinstance(obj, (int, float)):
             raise TypeError(f"expected a duration in nanoseconds, got {obj!r}")
         return Duration(obj / NS_PER_SECOND)
+    if type_ is NatsTime:
+        if not isinstance(obj, str):
+            raise TypeError(f"expected an RFC 3339 timestamp, got {obj!r}")
+        return parse_nats_time(obj)  # (a ValueError is reported by msgspec as a DecodeError)
     raise NotImplementedError(f"cannot decode {type_!r}")
 
 
@@ -246,7 +261,7 @@ def _plan(cls: type) -> tuple[tuple[str, int, Any], ...]:
         args = typing.get_args(tp)
         if tp is Duration:
             steps.append((name, _DUR, None))
-        elif tp is datetime:
+        elif tp is datetime or tp is NatsTime:
             steps.append((name, _DT, None))
         elif isinstance(tp, type) and issubclass(tp, _WireEnum):
             steps.append((name, _ENUM, tp))
@@ -365,7 +380,7 @@ class StreamSource(_Model, kw_only=True):
 
     name: str
     opt_start_seq: int | None = None
-    opt_start_time: datetime | None = None
+    opt_start_time: _Time | None = None
     filter_subject: str | None = None
     subject_transforms: list[SubjectTransform] | None = None
     external: ExternalStream | None = None
@@ -392,7 +407,7 @@ class ClusterInfo(_Model, kw_only=True):
     name: str | None = None
     raft_group: str | None = None
     leader: str | None = None
-    leader_since: datetime | None = None
+    leader_since: _Time | None = None
     system_account: bool = False
     traffic_account: str | None = None
     replicas: list[PeerInfo] | None = None
@@ -472,9 +487,9 @@ class StreamState(_Model, kw_only=True):
     messages: int = 0
     bytes: int = 0
     first_seq: int = 0
-    first_ts: datetime | None = None
+    first_ts: _Time | None = None
     last_seq: int = 0
-    last_ts: datetime | None = None
+    last_ts: _Time | None = None
     num_subjects: int = 0
     subjects: dict[str, int] | None = None
     num_deleted: int = 0
@@ -485,14 +500,14 @@ class StreamState(_Model, kw_only=True):
 
 class StreamInfo(_Model, kw_only=True):
     config: StreamConfig
-    created: datetime | None = None
+    created: _Time | None = None
     state: StreamState = msgspec.field(default_factory=StreamState)
     domain: str | None = None
     cluster: ClusterInfo | None = None
     mirror: StreamSourceInfo | None = None
     sources: list[StreamSourceInfo] | None = None
     alternates: list[StreamAlternate] | None = None
-    ts: datetime | None = None
+    ts: _Time | None = None
 
 
 # =========================================================================== consumers
@@ -508,7 +523,7 @@ class ConsumerConfig(_Model, kw_only=True):
     description: str | None = None
     deliver_policy: DeliverPolicy | None = None
     opt_start_seq: int | None = None
-    opt_start_time: datetime | None = None
+    opt_start_time: _Time | None = None
     ack_policy: AckPolicy | None = None
     ack_wait: Duration | None = None
     max_deliver: int | None = None
@@ -532,7 +547,7 @@ class ConsumerConfig(_Model, kw_only=True):
     num_replicas: int | None = None
     mem_storage: bool | None = None
     metadata: dict[str, str] | None = None
-    pause_until: datetime | None = None
+    pause_until: _Time | None = None
     priority_groups: list[str] | None = None
     priority_policy: PriorityPolicy | None = None
     priority_timeout: Duration | None = None
@@ -541,20 +556,20 @@ class ConsumerConfig(_Model, kw_only=True):
 class SequenceInfo(_Model, kw_only=True):
     consumer_seq: int = 0
     stream_seq: int = 0
-    last_active: datetime | None = None
+    last_active: _Time | None = None
 
 
 class PriorityGroupState(_Model, kw_only=True):
     group: str = ""
     pinned_client_id: str | None = None
-    pinned_ts: datetime | None = None
+    pinned_ts: _Time | None = None
 
 
 class ConsumerInfo(_Model, kw_only=True):
     stream_name: str = ""
     name: str = ""
     config: ConsumerConfig = msgspec.field(default_factory=ConsumerConfig)
-    created: datetime | None = None
+    created: _Time | None = None
     delivered: SequenceInfo = msgspec.field(default_factory=SequenceInfo)
     ack_floor: SequenceInfo = msgspec.field(default_factory=SequenceInfo)
     num_ack_pending: int = 0
@@ -565,7 +580,7 @@ class ConsumerInfo(_Model, kw_only=True):
     push_bound: bool = False
     paused: bool = False
     pause_remaining: Duration | None = None
-    ts: datetime | None = None
+    ts: _Time | None = None
     priority_groups: list[PriorityGroupState] | None = None
 
 
@@ -646,7 +661,7 @@ class RawStoredMsg(_Model, kw_only=True):
     seq: int = 0
     hdrs: bytes | None = None
     data: bytes | None = None
-    time: datetime | None = None
+    time: _Time | None = None
 
 
 # =========================================================================== responses
@@ -676,6 +691,15 @@ class ConsumerListResponse(_Page, kw_only=True):
     consumers: list[ConsumerInfo] | None = None
     missing: list[str] | None = None
     offline: dict[str, str] | None = None
+
+
+class PauseResponse(_Model, kw_only=True):
+    """The answer to ``CONSUMER.PAUSE``: whether the consumer is paused now, until when, and
+    for how much longer (seconds)."""
+
+    paused: bool = False
+    pause_until: _Time | None = None
+    pause_remaining: Duration | None = None
 
 
 class SuccessResponse(_Model, kw_only=True):
@@ -807,3 +831,93 @@ def encode(value: Any) -> bytes:
 from .jsmsg import MsgMetadata, SequencePair  # noqa: E402
 
 __all__ += ["MsgMetadata", "SequencePair"]
+
+# The key-value store's models live with its rules (jscore.kv); importable from here too
+# (lazily: jscore.kv imports this module).
+if TYPE_CHECKING:
+    from .kv import KeyValueEntry, KeyValueOp, KeyValueStatus  # noqa: F401
+
+_KV_MODELS = ("KeyValueEntry", "KeyValueOp", "KeyValueStatus")
+__all__ += list(_KV_MODELS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _KV_MODELS:
+        from . import kv
+
+        return getattr(kv, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+# =========================================================================== object store
+# The documents of the object store (layout and decisions: jscore.objstore).
+
+
+class ObjectLink(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A link: to the object ``name`` of ``bucket``, or (``name`` unset) to the whole bucket."""
+
+    bucket: str
+    name: str | None = None
+
+
+class ObjectMetaOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    link: ObjectLink | None = None
+    max_chunk_size: int | None = None
+
+
+class ObjectInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An object's metadata, with the stored JSON names. ``mtime`` is when the metadata was
+    stored (the message's time, as nats.go reads it); ``options.link`` makes it a link."""
+
+    name: str
+    bucket: str = ""
+    nuid: str = ""
+    size: int = 0
+    mtime: datetime | None = None
+    chunks: int = 0
+    digest: str | None = None
+    deleted: bool = False
+    description: str | None = None
+    headers: dict[str, list[str]] | None = None
+    metadata: dict[str, str] | None = None
+    options: ObjectMetaOptions | None = None
+
+    @property
+    def is_link(self) -> bool:
+        return self.options is not None and self.options.link is not None
+
+    @property
+    def link(self) -> ObjectLink | None:
+        return None if self.options is None else self.options.link
+
+
+class ObjectStoreStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """A bucket's status, read from its stream info."""
+
+    bucket: str
+    description: str | None
+    ttl: float | None
+    storage: StorageType | None
+    replicas: int
+    sealed: bool
+    size: int
+    backing_store: str = "JetStream"
+    metadata: dict[str, str] | None = None
+    is_compressed: bool = False
+
+    @classmethod
+    def from_stream_info(cls, bucket: str, info: StreamInfo) -> ObjectStoreStatus:
+        c = info.config
+        return cls(
+            bucket=bucket,
+            description=c.description,
+            ttl=float(c.max_age) if c.max_age else None,
+            storage=c.storage,
+            replicas=c.num_replicas or 1,
+            sealed=bool(c.sealed),
+            size=info.state.bytes,
+            metadata=c.metadata,
+            is_compressed=c.compression is not None and c.compression != Compression.NONE,
+        )
+
+
+__all__ += ["ObjectLink", "ObjectMetaOptions", "ObjectInfo", "ObjectStoreStatus"]

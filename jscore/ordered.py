@@ -131,6 +131,7 @@ __all__ = [
     "OrderedMessageDelivered",
     "OrderedConsumerReset",
     "OrderedFinished",
+    "OrderedConsumerCreated",
     "OrderedEvent",
     "INACTIVE_THRESHOLD",
     "BACKOFF_INITIAL",
@@ -224,6 +225,7 @@ class OrderedConsumerOptions(msgspec.Struct, frozen=True, kw_only=True):
     headers_only: bool = False
     inactive_threshold: float = INACTIVE_THRESHOLD
     max_reset_attempts: int | None = DEFAULT_MAX_RESET_ATTEMPTS
+    report_created: bool = False
 
     def __post_init__(self) -> None:
         filters = self.filter_subjects
@@ -721,6 +723,15 @@ class OrderedConsumerReset(msgspec.Struct, frozen=True, kw_only=True):
     error: Exception | None = None
 
 
+class OrderedConsumerCreated(msgspec.Struct, frozen=True, kw_only=True):
+    """A notification (only with ``report_created``): the server consumer ``serial`` is ready,
+    with ``num_pending`` matching messages ahead of it (the key-value watcher's "caught up"
+    signal when there is nothing to deliver)."""
+
+    serial: int
+    num_pending: int
+
+
 class OrderedFinished(msgspec.Struct, frozen=True, kw_only=True):
     """The operation is over (nothing follows): see :class:`OrderedEnd`. ``delivered``
     messages were handed over."""
@@ -733,6 +744,7 @@ class OrderedFinished(msgspec.Struct, frozen=True, kw_only=True):
 OrderedEvent = Union[
     OrderedMessageDelivered,
     OrderedConsumerReset,
+    OrderedConsumerCreated,
     OrderedFinished,
     SendRequested,
     FlowControlReplyRequested,
@@ -1203,6 +1215,8 @@ class OrderedMachine:
             return
         assert info is not None
         if self.state.created(now, name, info.delivered.stream_seq):
+            if self.state.options.report_created:
+                self._events.append(OrderedConsumerCreated(serial=self.state.serial, num_pending=info.num_pending))
             self._advance(now)
         else:  # (not reached: a stale reply has another token) created for nothing
             self._delete(info.name or name)

@@ -475,6 +475,10 @@ class PendingPublish:
     # No re-send is scheduled at or after this time: the policy gives up instead (a synchronous
     # publish sets its caller's deadline here).
     limit: float = math.inf
+    # Someone waits for this entry (a thread, a callback): the publish machine hands it to the
+    # shell as an event once it is settled. Unwatched entries settle silently (the common case
+    # of publish_async: no event per ack).
+    watched: bool = False
     sends: int = 1  # times the frame was handed to the transport
 
     @property

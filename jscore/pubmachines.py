@@ -14,8 +14,9 @@ hot path: one dict insert per publish), then tell the session to re-read the mac
 Events, besides the frames the session writes (:class:`PublishRequested`,
 :class:`FramesRequested`):
 
-- a settled entry of the async or sync window, as itself (an entry is its own event: no
-  allocation per publish);
+- a settled entry of the async or sync window that someone waits for (``entry.watched``), as
+  itself (an entry is its own event: no allocation per publish; an unwatched entry settles
+  silently);
 - :data:`PROGRESS` when the number in flight fell to the level a waiting thread asked for
   (:class:`WatchLevel`), when a bulk re-send was scheduled, or the bulk window failed;
 - :class:`PublisherClosed` once, when the connection (or the reply inbox) is gone for good.
@@ -120,7 +121,7 @@ class AsyncPublishMachine:
         self._plen = 0
         self.wake_level = -1
         self._events: list[Any] = []
-        self._finished = False
+        self.finished = False  # (an attribute, not a property: read once per ack)
 
     def set_prefix(self, prefix: str) -> None:
         self.prefix = prefix
@@ -133,10 +134,6 @@ class AsyncPublishMachine:
     @property
     def in_flight(self) -> int:
         return len(self.window)
-
-    @property
-    def finished(self) -> bool:
-        return self._finished
 
     # -- the protocol
 
@@ -162,8 +159,9 @@ class AsyncPublishMachine:
         entry = window.receive_ack(token, msg.data, msg.status, now)
         if entry is None or entry.outcome is PENDING:
             return  # late, or a re-send scheduled (the session re-reads the deadline)
-        self._events.append(entry)
-        if self.wake_level >= 0 and window is self.window:
+        if entry.watched:
+            self._events.append(entry)
+        if self.wake_level >= 0:
             self._check_level()
 
     def handle_timeout(self, now: float) -> None:
@@ -188,7 +186,7 @@ class AsyncPublishMachine:
             err.__cause__ = command.error
             for window in (self.window, self.sync):
                 window.fail(entry, err)
-            if entry.outcome is not PENDING:
+            if entry.outcome is not PENDING and entry.watched:
                 self._events.append(entry)
             self._check_level()
         elif cls is ConnectionLost:
@@ -205,11 +203,11 @@ class AsyncPublishMachine:
                 self._resend(resend)
             self._check_level()
         elif cls is ConnectionClosed or cls is Stop:
-            if not self._finished:
+            if not self.finished:
                 error = getattr(command, "error", None) or ConnectionClosedError("the publisher was closed")
                 for window in (self.window, self.sync):
                     self._settled(window.close(error))
-                self._finished = True
+                self.finished = True
                 self._events.append(PublisherClosed(error=error))
         else:
             raise LocalProtocolError(f"unknown command {command!r}")
@@ -217,8 +215,9 @@ class AsyncPublishMachine:
     # -- internals
 
     def _settled(self, entries: list[PendingPublish]) -> None:
-        if entries:
-            self._events.extend(entries)
+        for entry in entries:
+            if entry.watched:
+                self._events.append(entry)
 
     def _resend(self, entries: list[PendingPublish]) -> None:
         prefix = self.prefix
@@ -248,15 +247,11 @@ class BulkPublishMachine:
         self._plen = 0
         self._stall_at: float | None = None
         self._events: list[Any] = []
-        self._finished = False
+        self.finished = False  # (an attribute, not a property: read once per ack)
         self.closed_error: BaseException | None = None
 
     def set_prefix(self, prefix: str) -> None:
         self._plen = len(prefix)
-
-    @property
-    def finished(self) -> bool:
-        return self._finished
 
     def drain_events(self) -> list[Any]:
         events = self._events
@@ -266,7 +261,7 @@ class BulkPublishMachine:
         return events
 
     def next_deadline(self) -> float | None:
-        if self._finished:
+        if self.finished:
             return None
         if self.connected:
             return self.window.next_deadline()
@@ -311,8 +306,8 @@ class BulkPublishMachine:
             if frames:
                 self._events.append(FramesRequested(data=b"".join(frames), count=len(frames)))
         elif cls is ConnectionClosed or cls is Stop:
-            if not self._finished:
-                self._finished = True
+            if not self.finished:
+                self.finished = True
                 self.closed_error = getattr(command, "error", None)
                 self._events.append(PublisherClosed(error=self.closed_error))
         elif cls is WatchLevel:

@@ -58,6 +58,7 @@ from .errors import (
 )
 from .headers import Headers
 from .jsapi import check_consumer_name, check_group_name, check_stream_name
+from .models import ConsumerConfig, PriorityPolicy
 from .protocol import MsgReceived
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Stop
 
@@ -88,6 +89,8 @@ __all__ = [
     "FetchOptions",
     "resolve_consume_options",
     "resolve_fetch_options",
+    "check_priority",
+    "consume_expires",
     "fetch_grace",
     # commands
     "Stop",
@@ -97,9 +100,11 @@ __all__ = [
     "ConnectionClosed",
     "ConsumerGone",
     "MessagesTaken",
+    "AckNext",
     "PullCommand",
     # events
     "PullRequested",
+    "AckNextRequested",
     "MessageDelivered",
     "FlowControlReplyRequested",
     "HeartbeatMissed",
@@ -121,6 +126,8 @@ __all__ = [
 NATS_PENDING_MESSAGES: Final = "Nats-Pending-Messages"
 NATS_PENDING_BYTES: Final = "Nats-Pending-Bytes"
 NATS_PIN_ID: Final = "Nats-Pin-Id"
+
+ACK_BODY: Final = b"+ACK"
 
 BYTES_MODE_BATCH: Final = 1_000_000
 """The batch of a pull limited by bytes: a large number, because the server delivers only ONE
@@ -313,6 +320,10 @@ NO_WAIT_TIMEOUT: Final = 5.0
 DEFAULT_NO_RESPONDERS_LIMIT: Final = 3
 DEFAULT_NO_RESPONDERS_BACKOFF: Final = 1.0
 MAX_NO_RESPONDERS_BACKOFF: Final = 10.0
+REFUSED_BACKOFF: Final = 1.0
+"""Consume: the first wait before re-pulling after a refused pull that was refused again, or
+after an unknown status (doubled per repetition without a message in between)."""
+MAX_REFUSED_BACKOFF: Final = 10.0
 
 
 class ConsumeOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -463,6 +474,85 @@ def resolve_consume_options(
     )
 
 
+def check_priority(
+    config: ConsumerConfig | None,
+    consumer: str,
+    operation: str,
+    *,
+    group: str | None = None,
+    min_pending: int | None = None,
+    min_ack_pending: int | None = None,
+    priority: int | None = None,
+) -> None:
+    """Check a pull's priority-group options against the consumer's configuration (ADR-42),
+    before anything is sent; :class:`InvalidOptionError` names the option and the consumer.
+
+    ``operation`` is ``fetch``, ``next``, ``consume`` or ``messages``. ``config`` None (a
+    consumer bound without its info) skips the check: the server then answers ``400 Bad
+    Request`` for what it refuses (and ignores what it tolerates).
+
+    * A consumer with ``priority_groups``: every pull names one of them (``group``). A consumer
+      without: no ``group`` (nats-server 2.15 ignores it; ADR-42 and nats.go refuse it).
+    * ``min_pending`` / ``min_ack_pending`` only with the ``overflow`` policy (the server
+      refuses them otherwise too).
+    * ``priority`` (0-9) only with the ``prioritized`` policy (nats-server 2.15 ignores it
+      elsewhere; ADR-42 ties it to that policy).
+    * ``pinned_client``: fetch and next are refused (ADR-42: "Fetch should not be supported in
+      this mode"): a pin belongs to one pull operation, and a fetch's ends with its one pull.
+    """
+    if config is None:
+        return
+    name = repr(consumer)
+    groups = list(config.priority_groups or ())
+    policy = config.priority_policy
+    policy_text = "none" if policy is None else str(policy.value if isinstance(policy, PriorityPolicy) else policy)
+    if groups:
+        if group is None:
+            _fail(f"group: consumer {name} has priority groups {groups}; every {operation} must name one (group=...)")
+        if group not in groups:
+            _fail(f"group: {group!r} is not a priority group of consumer {name} (its groups: {groups})")
+    elif group is not None:
+        _fail(f"group: consumer {name} has no priority groups, so {operation} cannot name group {group!r}")
+    for option, value in (("min_pending", min_pending), ("min_ack_pending", min_ack_pending)):
+        if value is not None and policy != PriorityPolicy.OVERFLOW:
+            _fail(f"{option}: only for the overflow priority policy; consumer {name} has policy {policy_text}")
+    if priority is not None and policy != PriorityPolicy.PRIORITIZED:
+        _fail(f"priority: only for the prioritized priority policy; consumer {name} has policy {policy_text}")
+    if policy == PriorityPolicy.PINNED_CLIENT and operation in ("fetch", "next"):
+        _fail(
+            f"{operation}: consumer {name} uses the pinned_client priority policy, where fetch and next are "
+            "not supported (ADR-42); use consume() or messages(), which keep the pin"
+        )
+
+
+def consume_expires(config: ConsumerConfig | None, consumer: str, expires: float | None) -> float:
+    """The ``expires`` of a consume's pulls: the user's, or :data:`DEFAULT_EXPIRES`; on a
+    ``pinned_client`` consumer, shorter than its ``priority_timeout``.
+
+    nats-server 2.15 restarts the pin's timer only when a *new* pull carrying the pin id
+    arrives; a pull waiting at the server does not count. An idle consume sends its next pull
+    when the last one expires, so with ``expires >= priority_timeout`` the pinned consume loses
+    its pin at every idle expiry and the pin flaps between the clients. So the default is
+    ``priority_timeout / 2`` (at most 30 s, at least the 1 s minimum) and an explicit
+    ``expires`` that is not shorter than ``priority_timeout`` raises
+    :class:`InvalidOptionError`. ``config`` None (bound without info): no adjustment.
+    """
+    timeout = None
+    if config is not None and config.priority_policy == PriorityPolicy.PINNED_CLIENT:
+        timeout = config.priority_timeout
+    if expires is None:
+        if not timeout:
+            return DEFAULT_EXPIRES
+        return min(DEFAULT_EXPIRES, max(MIN_CONSUME_EXPIRES, timeout / 2))
+    if timeout and _seconds("expires", expires) >= timeout:
+        _fail(
+            f"expires: {expires} s is not shorter than the priority_timeout ({timeout:g} s) of consumer "
+            f"{consumer!r}: the pin is kept only by new pulls, and an idle consume pulls again at each "
+            "expiry, so it would lose its pin whenever idle (leave expires unset for timeout / 2)"
+        )
+    return expires
+
+
 def fetch_grace(expires: float) -> float:
     """How much longer than the server's expiry the client waits for a fetch's end.
 
@@ -553,6 +643,16 @@ class MessagesTaken(msgspec.Struct, frozen=True, kw_only=True):
     size: int = 0
 
 
+class AckNext(msgspec.Struct, frozen=True, kw_only=True):
+    """Consume: the application acknowledges the message whose ack subject is ``reply`` and
+    asks for the next one (``JsMsg.ack_next``). The machine answers with an
+    :class:`AckNextRequested`: ``+NXT`` with a pull of one message to its inbox, counted as
+    pending like any pull, when the buffer has room and the consume is running and connected;
+    a plain ``+ACK`` otherwise (the next message comes with the consume's own pulls)."""
+
+    reply: str
+
+
 class ConsumerGone(msgspec.Struct, frozen=True, kw_only=True):
     """Consume, the answer to :class:`ConsumerCheckRequested`: the consumer (or its stream) no
     longer exists; the machine ends with ``error``."""
@@ -560,7 +660,9 @@ class ConsumerGone(msgspec.Struct, frozen=True, kw_only=True):
     error: NatsError
 
 
-PullCommand = Union[Stop, Drain, ConnectionLost, ConnectionRestored, ConnectionClosed, MessagesTaken, ConsumerGone]
+PullCommand = Union[
+    Stop, Drain, ConnectionLost, ConnectionRestored, ConnectionClosed, MessagesTaken, ConsumerGone, AckNext
+]
 
 
 # ============================================================================ events
@@ -573,6 +675,16 @@ class PullRequested(msgspec.Struct, frozen=True, kw_only=True):
     body: bytes
     batch: int
     max_bytes: int
+
+
+class AckNextRequested(msgspec.Struct, frozen=True, kw_only=True):
+    """Publish ``body`` to the ack subject ``reply``; with ``pull`` the machine's inbox is the
+    reply subject (``+NXT`` asks the server to deliver there), without it there is none (a
+    plain ``+ACK``)."""
+
+    reply: str
+    body: bytes
+    pull: bool
 
 
 class MessageDelivered(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -681,6 +793,7 @@ class ConsumerCheckRequested(msgspec.Struct, frozen=True, kw_only=True):
 
 PullEvent = Union[
     PullRequested,
+    AckNextRequested,
     MessageDelivered,
     FlowControlReplyRequested,
     HeartbeatMissed,
@@ -853,6 +966,9 @@ class FetchMachine(_Machine):
                         self._finish(err, "connection lost", None, FetchEnd.CONNECTION_LOST)
                 case ConnectionRestored() | MessagesTaken():
                     pass  # a fetch ended on the loss already; it has no local buffer to track
+                case AckNext(reply=reply):
+                    # One pull per fetch: a +NXT would bring a message its batch does not count.
+                    self._events.append(AckNextRequested(reply=reply, body=ACK_BODY, pull=False))
                 case ConsumerGone(error=error):
                     if self.state is not _FINISHED:  # (a fetch never asks; honoured all the same)
                         self._finish(error, "the consumer is gone", None, FetchEnd.CONSUMER_GONE)
@@ -882,11 +998,6 @@ class FetchMachine(_Machine):
                 self._finish(status_error(rule, code, desc), what, code)
             case D.END_ERROR_IF_EMPTY:
                 self._finish(status_error(rule, code, desc) if self.delivered == 0 else None, what, code)
-            case D.END_CLEAR_PIN:
-                if self.pin_id is not None:
-                    self.pin_id = None
-                    self._events.append(PinIdCleared(code=code, description=desc))
-                self._finish(None, what, code)
             case _:
                 raise LocalProtocolError(f"status table: {rule.fetch} is not a fetch disposition")
 
@@ -921,8 +1032,14 @@ class ConsumeMachine(_Machine):
     nothing outstanding the server owes no heartbeat, so none is missed (a full buffer and a
     slow handler are not an outage).
 
-    No spin. A pull is re-sent only when pending drops. Refusals without pending headers (409
-    Exceeded ...) leave pending as is: the watchdog recovers at its 2 x heartbeat pace. A 409
+    Recovery (ADR-37). A consume ends only on 409 Consumer Deleted, 409 Consumer is push based,
+    400 Bad Request (the same pull would be refused again), a closed connection or K 503s (see
+    below). A pull refused as it arrives (409 Exceeded MaxWaiting / MaxRequestBatch / ...) is
+    warned about, forgotten (its batch and max_bytes leave pending) and re-pulled at once; an
+    unknown status (an unknown 409 or code) is warned about and re-pulled after a backoff.
+
+    No spin. A pull is re-sent only when pending drops. Refusals in a row (no message in
+    between) and unknown statuses wait 1 s before the re-pull, doubling up to 10 s. A 409
     Message Size Exceeds MaxBytes holds pulls for ``expires`` seconds (warned once until a
     message is delivered); 503 no responders retries with doubling backoff and ends after
     ``no_responders_limit`` in a row.
@@ -950,6 +1067,9 @@ class ConsumeMachine(_Machine):
         self._hold_until: float | None = None  # 409 MaxBytes: no pull before this
         self._retry_at: float | None = None  # 503: next attempt
         self._no_responders = 0  # consecutive 503s
+        self._refusals = 0  # refused pulls / unknown statuses since a message was delivered
+        self._refused_at = -1  # `delivered` at the last refusal
+        self._last_pull = (0, 0)  # batch and max_bytes of the last pull sent
         self._warned_at = -1  # `delivered` when the last MaxBytes warning went out
         self._delivered_at_pull = 0  # `delivered` when the last pull went out
         self._wait_take = False  # 409 MaxBytes with a full local buffer: pull after a take
@@ -1086,6 +1206,7 @@ class ConsumeMachine(_Machine):
                         self.pending_messages = self.pending_bytes = 0
                         self._hold_until = self._retry_at = None
                         self._wait_take = False
+                        self._refusals = 0
                         self._last_seen = now
                         self._maybe_pull(now)
                 case ConnectionClosed(error=error):
@@ -1095,6 +1216,8 @@ class ConsumeMachine(_Machine):
                 case ConsumerGone(error=error):
                     if self.state is not _FINISHED:
                         self._terminate(error, "the consumer is gone (503 no responders, then not found)")
+                case AckNext(reply=reply):
+                    self._ack_next(reply, now)
                 case _:
                     _unknown_command(command)
         except BaseException as exc:
@@ -1121,9 +1244,9 @@ class ConsumeMachine(_Machine):
                 return
             self._send_pull(opts.max_messages - used, 0, now)
 
-    def _send_pull(self, batch: int, max_bytes: int, now: float) -> None:
+    def _pull_body(self, batch: int, max_bytes: int) -> bytes:
         opts = self.options
-        body = build_pull_request(
+        return build_pull_request(
             batch=batch,
             max_bytes=max_bytes,
             expires=opts.expires,
@@ -1134,6 +1257,13 @@ class ConsumeMachine(_Machine):
             pin_id=self.pin_id,
             priority=opts.priority,
         )
+
+    def _send_pull(self, batch: int, max_bytes: int, now: float) -> None:
+        body = self._pull_body(batch, max_bytes)
+        self._count_pull(batch, max_bytes, now)
+        self._events.append(PullRequested(body=body, batch=batch, max_bytes=max_bytes))
+
+    def _count_pull(self, batch: int, max_bytes: int, now: float) -> None:
         if not self.outstanding:
             self._last_seen = now  # the watchdog starts with the first outstanding pull
         self.pending_messages = min(self.pending_messages + batch, BYTES_MODE_BATCH) if self._by_bytes else (
@@ -1142,7 +1272,7 @@ class ConsumeMachine(_Machine):
         self.pending_bytes += max_bytes
         self.pulls_sent += 1
         self._delivered_at_pull = self.delivered
-        self._events.append(PullRequested(body=body, batch=batch, max_bytes=max_bytes))
+        self._last_pull = (batch, max_bytes)
 
     def _on_status(self, msg: MsgReceived, now: float) -> None:
         code = msg.status
@@ -1168,8 +1298,25 @@ class ConsumeMachine(_Machine):
                 pass
             case D.RESET_REPULL:
                 self.pending_messages = self.pending_bytes = 0
-            case D.WARN_REPULL | D.WARNING:
+            case D.WARN_REPULL:
                 self._warn(rule, code, desc)
+            case D.WARN_REFUSED_REPULL | D.WARN_BACKOFF_REPULL:
+                # ADR-37: a consume recovers from everything but the two 409s it names. The
+                # refused (or unknown) pull owes nothing more; which one it was is not said, but
+                # the server refuses a pull as it arrives: the last one sent.
+                if n is None and b is None:
+                    self._forget_last_pull()
+                if self._refused_at != self.delivered:
+                    self._refusals = 0  # a message came since the last one: a new streak
+                self._refused_at = self.delivered
+                self._refusals += 1
+                self._warn(rule, code, desc)
+                k = self._refusals - (1 if rule.consume is D.WARN_REFUSED_REPULL else 0)
+                if k > 0:  # (the first refusal of a streak re-pulls at once)
+                    delay = min(REFUSED_BACKOFF * 2 ** (k - 1), MAX_REFUSED_BACKOFF)
+                    at = now + delay
+                    if self._retry_at is None or at > self._retry_at:
+                        self._retry_at = at
             case D.WARN_NO_SPIN:
                 # The server ends every byte-limited pull whose next message does not fit in
                 # what is left of its max_bytes with this status, also after delivering some.
@@ -1190,6 +1337,10 @@ class ConsumeMachine(_Machine):
                     # "Nats-Pin-Id mismatch" refuses the pull outright; which pull is not
                     # known, and the other pulls carry the same stale id: start over.
                     self.pending_messages = self.pending_bytes = 0
+                # The server answered: whatever backoff was running is moot; pull again now
+                # (ADR-42: clear the id and keep pulling without it).
+                self._retry_at = None
+                self._refusals = 0
                 if self.pin_id is not None:
                     self.pin_id = None
                     self._events.append(PinIdCleared(code=code, description=desc))
@@ -1211,6 +1362,32 @@ class ConsumeMachine(_Machine):
             case _:
                 raise LocalProtocolError(f"status table: {rule.consume} is not a consume disposition")
         self._maybe_pull(now)
+
+    def _ack_next(self, reply: str, now: float) -> None:
+        """+NXT: ack, and a pull of one message to our inbox, counted like any pull (so the
+        buffer bound holds); a plain +ACK when there is no room, nothing running or no link."""
+        opts = self.options
+        if self.state is _RUNNING and self.connected and self._hold_until is None and self._retry_at is None:
+            if self._by_bytes:
+                room = opts.max_bytes - self.pending_bytes - self.buffered_bytes
+                if room > 0:
+                    self._events.append(
+                        AckNextRequested(reply=reply, body=b"+NXT " + self._pull_body(1, room), pull=True)
+                    )
+                    self._count_pull(1, room, now)
+                    return
+            elif self.pending_messages + self.buffered_messages < opts.max_messages:
+                self._events.append(AckNextRequested(reply=reply, body=b"+NXT " + self._pull_body(1, 0), pull=True))
+                self._count_pull(1, 0, now)
+                return
+        self._events.append(AckNextRequested(reply=reply, body=ACK_BODY, pull=False))
+
+    def _forget_last_pull(self) -> None:
+        batch, max_bytes = self._last_pull
+        p = self.pending_messages - batch
+        self.pending_messages = p if p > 0 else 0
+        p = self.pending_bytes - max_bytes
+        self.pending_bytes = p if p > 0 else 0
 
     def _warn(self, rule: StatusRule, code: int, desc: str) -> None:
         self._events.append(StatusWarning(code=code, description=desc, error=status_error(rule, code, desc)))

@@ -32,6 +32,7 @@ from typing import Any, Final
 import msgspec
 
 from . import events as ev
+from .auth import Credentials
 from .connection import ConnectOptions, Connection, State
 from .directget import DirectGetRequested
 from .errors import ConnectionClosedError, LocalProtocolError, NatsError
@@ -39,7 +40,7 @@ from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Machi
 from .protocol import MsgReceived
 from .jsmsg import WPI, ProgressRequested
 from .pubmachines import FramesRequested, PublishRequested, SendFailed
-from .pull import Drain, FlowControlReplyRequested, PullRequested
+from .pull import AckNextRequested, Drain, FlowControlReplyRequested, PullRequested
 
 __all__ = [
     "Attach",
@@ -94,8 +95,8 @@ class Session:
     """The connection machine plus its sub-machines. Not thread-safe: the shell serializes
     every call (one lock)."""
 
-    def __init__(self, options: ConnectOptions, *, rng: Random) -> None:
-        self.conn = Connection(options, rng=rng)
+    def __init__(self, options: ConnectOptions, *, rng: Random, credentials: Credentials | None = None) -> None:
+        self.conn = Connection(options, rng=rng, credentials=credentials)
         self._slots: dict[int, _Slot] = {}
         self._routes: dict[int, Deliver] = {}  # sid -> delivery (a slot's or a subscription's)
         self._ends: dict[int, Ended] = {}  # sid -> what to call when the subscription ends
@@ -112,6 +113,7 @@ class Session:
             PublishRequested: self._write_publish,
             FramesRequested: self._write_frames,
             ProgressRequested: self._write_progress,
+            AckNextRequested: self._write_ack_next,
             SendRequested: self._write_send,
         }
 
@@ -132,6 +134,14 @@ class Session:
     def connection_lost(self, now: float, exc: Exception | None = None) -> None:
         self.conn.connection_lost(now, exc)
         self._pump(now)
+
+    def check_backlog(self, queued: int, now: float) -> bool:
+        """The transport holds ``queued`` bytes the server has not read: see
+        :meth:`Connection.check_backlog` (past the limit the connection is closed as stale)."""
+        closed = self.conn.check_backlog(queued)
+        if closed:
+            self._pump(now)
+        return closed
 
     def receive_data(self, data: bytes, now: float) -> None:
         self.conn.receive_data(data, now)
@@ -254,15 +264,24 @@ class Session:
 
     def _receiver(self, slot: _Slot) -> Deliver:
         machine = slot.machine
-        after = self._after
+        receive_msg = machine.receive_msg
+        drain = machine.drain_events
+        after = self._after_events
+        dirty = self._dirty
 
         def receive(msg: MsgReceived, now: float) -> None:
+            # (once per message: _after inlined for the common case of no event, still running)
             try:
-                machine.receive_msg(msg, now)
+                receive_msg(msg, now)
             except Exception as exc:  # noqa: BLE001
                 self._fail(slot, exc, "internal error")
                 return
-            after(slot)
+            events = drain()
+            if events or machine.finished:
+                after(slot, events)
+            elif not slot.dirty:
+                slot.dirty = True
+                dirty.append(slot)
 
         return receive
 
@@ -282,8 +301,10 @@ class Session:
 
     def _after(self, slot: _Slot) -> None:
         """Act on every event the machine queued; forget it once it has finished."""
+        self._after_events(slot, slot.machine.drain_events())
+
+    def _after_events(self, slot: _Slot, events: list[Any]) -> None:
         machine = slot.machine
-        events = machine.drain_events()
         if events:
             writers = self._writers
             sink = slot.sink
@@ -395,6 +416,13 @@ class Session:
             self.conn.publish_ack(e.reply, WPI)
         except NatsError:
             pass  # the connection is gone for good: nothing to extend
+
+    def _write_ack_next(self, slot: _Slot, e: AckNextRequested) -> None:
+        # (a failure is the application's ack failing, not the machine's: it goes on)
+        if e.pull and slot.inbox:
+            self.conn.publish(e.reply, e.body, slot.inbox)
+        else:
+            self.conn.publish_ack(e.reply, e.body)
 
     def _write_frames(self, slot: _Slot, e: FramesRequested) -> None:
         self.conn.publish_frames(e.data, e.count)  # (not connected: the machine re-sends later)

@@ -56,6 +56,7 @@ from .errors import (
     NatsError,
     NoRespondersError,
     NoStreamResponseError,
+    PinIdMismatchError,
     PullBadRequestError,
     PullNoRespondersError,
     PullRequestLimitError,
@@ -145,7 +146,8 @@ class Disposition(enum.Enum):
     RESET_REPULL = "reset_repull"
     WARN_REPULL = "warn_repull"
     WARN_NO_SPIN = "warn_no_spin"
-    WARNING = "warning"
+    WARN_REFUSED_REPULL = "warn_refused_repull"
+    WARN_BACKOFF_REPULL = "warn_backoff_repull"
     CLEAR_PIN_REPULL = "clear_pin_repull"
     RETRY_BACKOFF = "retry_backoff"
     TERMINAL = "terminal"
@@ -153,7 +155,6 @@ class Disposition(enum.Enum):
     END = "end"
     END_ERROR = "end_error"
     END_ERROR_IF_EMPTY = "end_error_if_empty"
-    END_CLEAR_PIN = "end_clear_pin"
     # direct get (and requests: ERROR)
     END_OF_BATCH = "end_of_batch"
     EMPTY = "empty"
@@ -179,16 +180,19 @@ DISPOSITION_TEXT: Final[dict[Disposition, str]] = {
     D.WARN_NO_SPIN: "subtract pending; with messages still buffered: next pull after the "
     "application takes one; with an empty buffer after a delivery: re-pull; when nothing came "
     "at all (a message larger than max_bytes): warning once, no pull for `expires` seconds",
-    D.WARNING: "warning; no re-pull of its own (the pull was refused and has no pending "
-    "headers: the heartbeat watchdog recovers)",
-    D.CLEAR_PIN_REPULL: "clear the pin id; subtract pending (all of it without pending headers); "
-    "re-pull without `id`",
+    D.WARN_REFUSED_REPULL: "warning; the server refused the pull as it arrived (no pending "
+    "headers): subtract that pull's batch / max_bytes; re-pull at once; refused again before a "
+    "message arrives: the re-pull waits 1 s, doubling up to 10 s (no spin, never terminal)",
+    D.WARN_BACKOFF_REPULL: "warning; subtract pending (the last pull's batch / max_bytes without "
+    "pending headers); re-pull after 1 s, doubling up to 10 s while no message arrives; never "
+    "terminal (ADR-37: a consume recovers from every status but the two it names)",
+    D.CLEAR_PIN_REPULL: "clear the pin id (`PinIdCleared`); subtract pending (all of it without "
+    "pending headers); any backoff is cancelled; re-pull at once without `id`",
     D.RETRY_BACKOFF: "warning; pending reset; retry with backoff; ends after K consecutive (default 3)",
     D.TERMINAL: "consume ends with the error",
     D.END: "ends, no error",
     D.END_ERROR: "ends with the error",
     D.END_ERROR_IF_EMPTY: "ends; error only if no message arrived",
-    D.END_CLEAR_PIN: "ends, no error; pin id cleared",
     D.END_OF_BATCH: "ends the request; its Nats-Num-Pending / Nats-Last-Sequence (and "
     "Nats-UpTo-Sequence) give the cursor; multi_last requests the next page while Nats-Num-Pending > 0",
     D.EMPTY: "ends, no error: nothing (more) matched; an empty iteration",
@@ -216,13 +220,14 @@ ALLOWED: Final[dict[Context, frozenset[Disposition]]] = {
             D.RESET_REPULL,
             D.WARN_REPULL,
             D.WARN_NO_SPIN,
-            D.WARNING,
+            D.WARN_REFUSED_REPULL,
+            D.WARN_BACKOFF_REPULL,
             D.CLEAR_PIN_REPULL,
             D.RETRY_BACKOFF,
             D.TERMINAL,
         }
     ),
-    Context.FETCH: frozenset({D.HEARTBEAT, D.FLOW_CONTROL, D.END, D.END_ERROR, D.END_ERROR_IF_EMPTY, D.END_CLEAR_PIN}),
+    Context.FETCH: frozenset({D.HEARTBEAT, D.FLOW_CONTROL, D.END, D.END_ERROR, D.END_ERROR_IF_EMPTY}),
     Context.DIRECT_SINGLE: frozenset({D.ERROR}),
     Context.DIRECT_BATCH: frozenset({D.END_OF_BATCH, D.EMPTY, D.ERROR}),
     Context.PUBLISH: frozenset({D.RESEND, D.RESEND_WITH_MSG_ID, D.IN_PROCESS, D.REFUSED, D.PER_SUBJECT_LIMIT}),
@@ -360,33 +365,36 @@ STATUS_TABLE: Final[tuple[StatusRule, ...]] = (
           "The consumer leader moved; no pending headers, so pending restarts from 0 (nats.go#2063)."),
     _pull(409, "Server Shutdown", D.WARN_REPULL, D.END, None,
           "The server is going down; carries pending headers."),
-    _pull(409, "Exceeded MaxWaiting", D.WARNING, D.END_ERROR, PullRequestLimitError,
-          "Too many pulls waiting on the consumer (max_waiting)."),
-    _pull(409, "Exceeded MaxRequestBatch", D.WARNING, D.END_ERROR, PullRequestLimitError,
+    _pull(409, "Exceeded MaxWaiting", D.WARN_REFUSED_REPULL, D.END_ERROR, PullRequestLimitError,
+          "Too many pulls waiting on the consumer (max_waiting); the new pull is refused."),
+    _pull(409, "Exceeded MaxRequestBatch", D.WARN_REFUSED_REPULL, D.END_ERROR, PullRequestLimitError,
           "'Exceeded MaxRequestBatch of N': batch above the consumer's max_batch."),
-    _pull(409, "Exceeded MaxRequestExpires", D.WARNING, D.END_ERROR, PullRequestLimitError,
+    _pull(409, "Exceeded MaxRequestExpires", D.WARN_REFUSED_REPULL, D.END_ERROR, PullRequestLimitError,
           "'Exceeded MaxRequestExpires of D': expires above the consumer's max_expires."),
-    _pull(409, "Exceeded MaxRequestMaxBytes", D.WARNING, D.END_ERROR, PullRequestLimitError,
+    _pull(409, "Exceeded MaxRequestMaxBytes", D.WARN_REFUSED_REPULL, D.END_ERROR, PullRequestLimitError,
           "'Exceeded MaxRequestMaxBytes of N': max_bytes above the consumer's max_bytes."),
     _pull(409, "Consumer Deleted", D.TERMINAL, D.END_ERROR, ConsumerDeletedError,
           "The consumer was deleted while the pull waited."),
     _pull(409, "Consumer is push based", D.TERMINAL, D.END_ERROR, ConsumerIsPushBasedError,
           "Pulls sent to a push consumer (terminal in ADR-37)."),
-    _pull(409, "", D.TERMINAL, D.END_ERROR, PullStatusError,
-          "Any other 409: unknown to this client, so not retried."),
+    _pull(409, "", D.WARN_BACKOFF_REPULL, D.END_ERROR, PullStatusError,
+          "Any other 409: unknown to this client; a consume recovers (ADR-37), a fetch ends."),
     _pull(400, "Bad Request", D.TERMINAL, D.END_ERROR, PullBadRequestError,
-          "'Bad Request - <reason>': the server refused the request."),
-    _pull(423, "Nats-Wrong-Pin-Id", D.CLEAR_PIN_REPULL, D.END_CLEAR_PIN, None,
+          "'Bad Request - <reason>': the server refused the request (e.g. 'Priority Group missing', "
+          "'Invalid Priority Group', 'Not a Overflow Priority consumer'); the same pull would be "
+          "refused again, so a consume ends (as nats.go's does)."),
+    _pull(423, "Nats-Wrong-Pin-Id", D.CLEAR_PIN_REPULL, D.END_ERROR, PinIdMismatchError,
           "A waiting pull's pin id lost the pin (priority groups, ADR-42); carries pending headers."),
-    _pull(423, "Nats-Pin-Id mismatch", D.CLEAR_PIN_REPULL, D.END_CLEAR_PIN, None,
+    _pull(423, "Nats-Pin-Id mismatch", D.CLEAR_PIN_REPULL, D.END_ERROR, PinIdMismatchError,
           "A new pull carried a pin id that is not the pinned one; no pending headers."),
-    _pull(423, "", D.CLEAR_PIN_REPULL, D.END_CLEAR_PIN, None,
+    _pull(423, "", D.CLEAR_PIN_REPULL, D.END_ERROR, PinIdMismatchError,
           "Any other 423 is read as a pin id mismatch."),
     _pull(503, "", D.RETRY_BACKOFF, D.END_ERROR, PullNoRespondersError,
           "No responders: nothing serves the consumer's MSG.NEXT subject (consumer, stream or "
           "JetStream gone or not ready)."),
-    _pull(None, "", D.TERMINAL, D.END_ERROR, PullStatusError,
-          "Any other status code (e.g. 412 Required Api Level): unknown, so not retried."),
+    _pull(None, "", D.WARN_BACKOFF_REPULL, D.END_ERROR, PullStatusError,
+          "Any other status code (e.g. 412 Required Api Level): unknown to this client; a consume "
+          "recovers with backoff (ADR-37), a fetch ends."),
     # ======================================================== direct get (ADR-31): single | batch
     # Checked against nats-server 2.15.1 (see tests/integration/test_direct_get_batch.py).
     _direct(204, "EOB", D.ERROR, D.END_OF_BATCH, None, 0,

@@ -28,15 +28,27 @@ from jscore.models import (
     StreamState,
 )
 from jscore.jsmsg import MsgMetadata, SequencePair
+from jscore.models import PauseResponse
+from jscore.times import NatsTime
 
 from . import errors, events
 from .client import Client, Subscription, connect
 from .consumer import Consumer
+from .events import (
+    ConsumerReconnected,
+    ConsumeTerminated,
+    HeartbeatMissed,
+    PinIdChanged,
+    PinIdCleared,
+    StatusWarning,
+)
 from .jetstream import JetStream
 from .msg import JsMsg, Msg
 from .ordered import OrderedConsumeContext, OrderedConsumer, OrderedMessageStream
+from .objstore import ObjectInfo, ObjectLink, ObjectResult, ObjectStore, ObjectStoreStatus, ObjectWatcher
 from .pull import ConsumeContext, FetchResult, MessageStream
 from .stream import Stream
+from .kv import KeyValue, KeyWatcher, KeyValueEntry, KeyValueOp, KeyValueStatus
 
 __version__ = "0.1.0"
 
@@ -58,8 +70,27 @@ __all__ = [
     "ConsumeContext",
     "MessageStream",
     "OrderedConsumer",
+    "ObjectInfo",
+    "ObjectLink",
+    "ObjectResult",
+    "ObjectStore",
+    "ObjectStoreStatus",
+    "ObjectWatcher",
     "OrderedConsumeContext",
     "OrderedMessageStream",
+    # consume notifications
+    "HeartbeatMissed",
+    "StatusWarning",
+    "PinIdChanged",
+    "PinIdCleared",
+    "ConsumerReconnected",
+    "ConsumeTerminated",
+    # key-value store
+    "KeyValue",
+    "KeyWatcher",
+    "KeyValueEntry",
+    "KeyValueOp",
+    "KeyValueStatus",
     # models
     "StreamConfig",
     "StreamInfo",
@@ -71,6 +102,8 @@ __all__ = [
     "StoredMsg",
     "MsgMetadata",
     "SequencePair",
+    "PauseResponse",
+    "NatsTime",
     # enums
     "RetentionPolicy",
     "DiscardPolicy",

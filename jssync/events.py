@@ -1,7 +1,10 @@
 """Typed notifications passed to ``on_event``.
 
 The connection-level ones come from the core (:mod:`jscore.events`); the client adds the ones
-only it can observe (a slow subscription, a callback that raised).
+only it can observe (a slow subscription, a callback that raised). The notifications of a
+consume (``consume(on_event=...)``, ``messages().notifications()``) come from the pull machine
+(:mod:`jscore.pull`) and are re-exported here: ``HeartbeatMissed``, ``StatusWarning``,
+``PinIdChanged``, ``PinIdCleared``, ``ConsumerReconnected``, ``ConsumeTerminated``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,14 @@ from jscore.events import (
     ServerPoolWarning,
     ServersDiscovered,
 )
+from jscore.pull import (
+    ConsumerReconnected,
+    ConsumeTerminated,
+    HeartbeatMissed,
+    PinIdChanged,
+    PinIdCleared,
+    StatusWarning,
+)
 
 __all__ = [
     "Closed",
@@ -36,6 +47,13 @@ __all__ = [
     "ServersDiscovered",
     "SlowConsumer",
     "CallbackError",
+    # consume notifications
+    "ConsumerReconnected",
+    "ConsumeTerminated",
+    "HeartbeatMissed",
+    "PinIdChanged",
+    "PinIdCleared",
+    "StatusWarning",
 ]
 
 

@@ -34,7 +34,9 @@ from jscore.models import (
     ConsumerInfo,
     ConsumerListResponse,
     ConsumerNamesResponse,
+    PauseResponse,
     PubAck,
+    StorageType,
     StreamConfig,
     StreamInfo,
     StreamListResponse,
@@ -43,14 +45,22 @@ from jscore.models import (
     decode_response,
 )
 
+from jscore.validate import check_timeout
+
 from .client import shell_of
 from .consumer import Consumer
 from .ordered import OrderedConsumer, ordered_options
 from .stream import Stream
 
 if TYPE_CHECKING:
+    from jscore.kv import KeyValueStatus
+
     from .client import Client
+    from .kv import KeyValue
+    from jscore.objstore import ObjectStoreStatus
+
     from .msg import Msg
+    from .objstore import ObjectStore
     from .publish import Publisher, PubAckFuture
 
 __all__ = ["JetStream", "DEFAULT_API_PREFIX"]
@@ -90,8 +100,7 @@ class JetStream:
         api_prefix: str | None = None,
         timeout: float = 5.0,
     ) -> None:
-        if timeout <= 0:
-            raise InvalidOptionError("timeout must be > 0")
+        timeout = check_timeout(timeout)
         prefix = jsapi.api_prefix(domain, api_prefix)
         self._nc = client
         self.domain = domain
@@ -145,6 +154,106 @@ class JetStream:
         jsapi.check_stream_name(stream)
         opts = ordered_options(filter_subjects, deliver_policy, opt_start_seq, opt_start_time, headers_only)
         return OrderedConsumer(self, stream, opts)
+
+    # ------------------------------------------------------------------ key-value store
+
+    def create_key_value(
+        self,
+        bucket: str,
+        *,
+        description: str | None = None,
+        history: int = 1,
+        ttl: float | None = None,
+        max_value_size: int | None = None,
+        max_bytes: int | None = None,
+        storage: StorageType | str = StorageType.FILE,
+        replicas: int = 1,
+        limit_marker_ttl: float | None = None,
+        metadata: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> KeyValue:
+        """Create the key-value bucket ``bucket`` (the stream ``KV_<bucket>``): ``description``,
+        ``history`` (1..64), ``ttl``, ``max_value_size``, ``max_bytes``, ``storage``,
+        ``replicas``, ``limit_marker_ttl``, ``metadata``. An identical bucket is not an error;
+        another configuration under that name raises :class:`StreamNameInUseError`."""
+        from .kv import create_key_value
+
+        return create_key_value(self, bucket, "create", timeout, **dict(
+            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
+            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
+            metadata=metadata,
+        ))
+
+    def update_key_value(
+        self,
+        bucket: str,
+        *,
+        description: str | None = None,
+        history: int = 1,
+        ttl: float | None = None,
+        max_value_size: int | None = None,
+        max_bytes: int | None = None,
+        storage: StorageType | str = StorageType.FILE,
+        replicas: int = 1,
+        limit_marker_ttl: float | None = None,
+        metadata: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> KeyValue:
+        """Replace the bucket's configuration with the one given (:class:`BucketNotFoundError`)."""
+        from .kv import create_key_value
+
+        return create_key_value(self, bucket, "update", timeout, **dict(
+            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
+            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
+            metadata=metadata,
+        ))
+
+    def create_or_update_key_value(
+        self,
+        bucket: str,
+        *,
+        description: str | None = None,
+        history: int = 1,
+        ttl: float | None = None,
+        max_value_size: int | None = None,
+        max_bytes: int | None = None,
+        storage: StorageType | str = StorageType.FILE,
+        replicas: int = 1,
+        limit_marker_ttl: float | None = None,
+        metadata: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> KeyValue:
+        from .kv import create_key_value
+
+        return create_key_value(self, bucket, "upsert", timeout, **dict(
+            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
+            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
+            metadata=metadata,
+        ))
+
+    def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
+        """A handle on an existing bucket (:class:`BucketNotFoundError`)."""
+        from .kv import bind_key_value
+
+        return bind_key_value(self, bucket, timeout)
+
+    def delete_key_value(self, bucket: str, *, timeout: float | None = None) -> None:
+        """Delete the bucket and everything in it (:class:`BucketNotFoundError`)."""
+        from .kv import delete_key_value
+
+        delete_key_value(self, bucket, timeout)
+
+    def key_value_names(self, *, timeout: float | None = None) -> Iterator[str]:
+        """The names of every bucket."""
+        from .kv import key_value_names
+
+        return key_value_names(self, timeout)
+
+    def key_values(self, *, timeout: float | None = None) -> Iterator[KeyValueStatus]:
+        """The status of every bucket."""
+        from .kv import key_values
+
+        return key_values(self, timeout)
 
     # ------------------------------------------------------------------ account
 
@@ -299,9 +408,21 @@ class JetStream:
     def consumer_info(self, stream: str, name: str, *, timeout: float | None = None) -> ConsumerInfo:
         return self._call(self._subjects.consumer_info(stream, name), b"", ConsumerInfo, timeout)
 
-    def consumer(self, stream: str, name: str, *, timeout: float | None = None) -> Consumer:
-        """A handle on an existing consumer (:class:`ConsumerNotFoundError`,
-        :class:`StreamNotFoundError`)."""
+    def consumer(self, stream: str, name: str, *, bind: bool = False, timeout: float | None = None) -> Consumer:
+        """A handle on an existing consumer: its info is fetched (:class:`ConsumerNotFoundError`,
+        :class:`StreamNotFoundError`).
+
+        ``bind=True`` makes the handle from the names alone, without any request (ADR-37: the
+        info of a consumer exported from another account cannot be read there). It pulls like
+        any other; a consumer that does not exist shows up on the first pull (a consume
+        retries 503 no responders, then asks for the info; a fetch ends with the error). What
+        needs the configuration is checked only once :meth:`Consumer.info` succeeded:
+        priority-group options go to the server unchecked until then, and ``cached_info``
+        raises :class:`NoConsumerInfoError`."""
+        if not isinstance(bind, bool):
+            raise InvalidOptionError(f"bind must be a bool, got {bind!r}")
+        if bind:
+            return Consumer(self, None, stream=stream, name=name)
         return Consumer(self, self.consumer_info(stream, name, timeout=timeout))
 
     def delete_consumer(self, stream: str, name: str, *, timeout: float | None = None) -> None:
@@ -330,9 +451,27 @@ class JetStream:
         return jsapi.iter_pages(fetch)
 
     def unpin_consumer(self, stream: str, name: str, group: str, *, timeout: float | None = None) -> None:
-        """Unpin the pinned client of priority ``group`` (ADR-42): the next pull gets the pin."""
+        """Unpin the pinned client of priority ``group`` (ADR-42): the next pull gets the pin.
+        ``$JS.API.CONSUMER.UNPIN.<stream>.<consumer>`` with ``{"group": ...}`` (nats-server 2.15;
+        ADR-42 names the group as a subject token instead, which the server does not serve).
+        :class:`PriorityGroupNotFoundError` for a group the consumer does not have."""
         body = jsapi.unpin_request(group)
         self._call(self._subjects.consumer_unpin(stream, name), body, SuccessResponse, timeout)
+
+    def pause_consumer(
+        self, stream: str, name: str, until: datetime, *, timeout: float | None = None
+    ) -> PauseResponse:
+        """Pause consumer ``name`` until ``until`` (an aware datetime; a time in the past
+        resumes it): ``$JS.API.CONSUMER.PAUSE.<stream>.<consumer>`` with ``{"pause_until": ...}``.
+        While paused, pulls wait and get heartbeats but no messages."""
+        if until is None:
+            raise InvalidOptionError("until must be a datetime (use resume_consumer to resume)")
+        body = jsapi.pause_request(until)
+        return self._call(self._subjects.consumer_pause(stream, name), body, PauseResponse, timeout)
+
+    def resume_consumer(self, stream: str, name: str, *, timeout: float | None = None) -> PauseResponse:
+        """Resume a paused consumer now (``CONSUMER.PAUSE`` with ``{}``)."""
+        return self._call(self._subjects.consumer_pause(stream, name), jsapi.pause_request(None), PauseResponse, timeout)
 
     # ------------------------------------------------------------------ publishing
 
@@ -403,3 +542,52 @@ class JetStream:
         """Wait until every async publish is acknowledged or failed."""
         if self._publisher is not None:
             self._publisher.complete(timeout)
+
+    # ------------------------------------------------------------------ object store
+
+    def create_object_store(
+        self,
+        bucket: str,
+        *,
+        description: str | None = None,
+        ttl: float | None = None,
+        max_bytes: int | None = None,
+        storage: StorageType | str = StorageType.FILE,
+        replicas: int = 1,
+        metadata: dict[str, str] | None = None,
+        compression: bool = False,
+        timeout: float | None = None,
+    ) -> ObjectStore:
+        """Create the object store ``bucket`` (the stream ``OBJ_<bucket>``); ``ttl`` in
+        seconds, ``compression`` s2 on the server. Creating it again with the same options
+        succeeds; with different ones it raises :class:`StreamNameInUseError`."""
+        from . import objstore
+
+        return objstore.create_object_store(
+            self, bucket, description=description, ttl=ttl, max_bytes=max_bytes, storage=storage,
+            replicas=replicas, metadata=metadata, compression=compression, timeout=timeout,
+        )
+
+    def object_store(self, bucket: str, *, timeout: float | None = None) -> ObjectStore:
+        """An existing object store (:class:`BucketNotFoundError`)."""
+        from . import objstore
+
+        return objstore.object_store(self, bucket, timeout=timeout)
+
+    def delete_object_store(self, bucket: str, *, timeout: float | None = None) -> None:
+        """Delete an object store and every object in it (:class:`BucketNotFoundError`)."""
+        from . import objstore
+
+        objstore.delete_object_store(self, bucket, timeout=timeout)
+
+    def object_store_names(self, *, timeout: float | None = None) -> Iterator[str]:
+        """The names of every object store of the account."""
+        from . import objstore
+
+        return objstore.object_store_names(self, timeout=timeout)
+
+    def object_stores(self, *, timeout: float | None = None) -> Iterator[ObjectStoreStatus]:
+        """The status of every object store of the account."""
+        from . import objstore
+
+        return objstore.object_stores(self, timeout=timeout)

@@ -6,7 +6,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from jscore import jsmsg as _jsmsg
-from jscore.errors import MsgAlreadyAckedError, NotJetStreamMessageError
+from jscore.errors import InvalidOptionError, MsgAlreadyAckedError, NotJetStreamMessageError
 from jscore.headers import Headers, HeadersInput
 from jscore.jsmsg import MsgMetadata
 from jscore.protocol import MsgReceived
@@ -14,7 +14,12 @@ from jscore.protocol import MsgReceived
 from . import client as _clientmod  # (a module reference: client.py imports this module first)
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
     from .client import Client
+
+    class _AckNextTarget(Protocol):
+        def ack_next(self, reply: str) -> None: ...
 
 __all__ = ["JsMsg", "Msg"]
 
@@ -109,9 +114,10 @@ class JsMsg(Msg):
     ``ack_sync`` timed out) leaves the message acknowledgeable, so it can be retried.
     """
 
-    __slots__ = ("_ack_state", "_meta")
+    __slots__ = ("_ack_state", "_meta", "_source")
     _ack_state: int
     _meta: MsgMetadata | None
+    _source: _AckNextTarget | None  # the consume that delivered it (for ack_next)
 
     @classmethod
     def _from_event(cls, m: MsgReceived, client: Client | None) -> JsMsg:
@@ -119,6 +125,7 @@ class JsMsg(Msg):
         assert isinstance(msg, JsMsg)
         msg._ack_state = _ACK_NONE
         msg._meta = None
+        msg._source = None
         return msg
 
     @property
@@ -167,6 +174,32 @@ class JsMsg(Msg):
     def term(self, reason: str | None = None) -> None:
         """Terminate (``+TERM``): never redeliver; ``reason`` shows in the server's advisory."""
         self._send_ack(_jsmsg.term_body(reason), True)
+
+    def ack_next(self) -> None:
+        """Acknowledge and ask for the next message (``+NXT``), for a message of a running
+        ``consume`` or ``messages()``: the pull of one message goes to that consume's inbox and
+        counts in its buffer like its own pulls. When the buffer is full, the consume is
+        stopping or the connection is down, it sends a plain ``+ACK`` (the next message comes
+        with the consume's own pulls). Terminal, like :meth:`ack`. A message of a fetch or next
+        raises :class:`InvalidOptionError` before anything is sent: a fetch is one pull, and a
+        message asked for by ``+NXT`` would arrive after it, to nobody."""
+        source = self._source
+        if source is None:
+            raise InvalidOptionError(
+                "ack_next() is for messages of a consume or messages(); use ack() for a fetched message"
+            )
+        reply = self.reply
+        if not reply or self._client is None:
+            raise NotJetStreamMessageError("the message has no ack subject or no client: it cannot be acknowledged")
+        before = self._ack_state
+        if before == _ACK_DONE:
+            raise MsgAlreadyAckedError("a terminal acknowledgement was already sent for this message")
+        self._ack_state = _ACK_DONE
+        try:
+            source.ack_next(reply)
+        except BaseException:
+            self._ack_state = before
+            raise
 
     def ack_sync(self, timeout: float = 5.0) -> None:
         """Acknowledge and wait until the server confirms it (a "double ack"): on return the

@@ -30,6 +30,7 @@ import itertools
 import logging
 import os
 import queue
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -62,6 +63,7 @@ from jscore.publish import (
     check_msg_id,
     publish_headers,
 )
+from jscore.validate import check_timeout
 
 from .client import shell_of
 
@@ -74,7 +76,14 @@ _log = logging.getLogger("jssync.publish")
 _monotonic = time.monotonic
 _CALLBACK_IDLE_EXIT: Final = 10.0  # seconds with no callback to run before the callback thread ends
 _YIELD_EVERY: Final = 128  # publish_async calls between two brief GIL releases (see publish_async)
-_yield = os.sched_yield  # (releases the GIL while it yields the CPU)
+
+
+def _yield() -> None:
+    """Let go of the GIL for a moment (a zero-timeout ``select`` releases it around the system
+    call), so the I/O thread can take it now rather than at the end of the switch interval.
+    Not a wait: it returns at once."""
+    select.select((), (), (), 0)
+
 _SYNC_MAX: Final = 1 << 30  # the sync window never blocks: one entry per waiting thread
 _NUID_ALPHABET: Final = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -161,6 +170,7 @@ class PubAckFuture(PendingPublish):
             if self.outcome is PENDING:
                 if self._callbacks is None:
                     self._callbacks = []
+                    self.watched = True  # (the machine hands it over once settled)
                 self._callbacks.append(fn)
                 return
         _run_callback(fn, self)
@@ -172,6 +182,7 @@ class PubAckFuture(PendingPublish):
             event = self._event
             if event is None:
                 event = self._event = threading.Event()
+                self.watched = True  # (the machine hands it over once settled)
         if not event.wait(timeout):
             raise TimeoutError(f"the publish to {self.subject!r} is not settled after {timeout} s (still in flight)")
 
@@ -188,6 +199,7 @@ class _SyncEntry(PendingPublish):
     once the entry is settled (the cheapest cross-thread wake-up CPython has)."""
 
     __slots__ = ("lock",)
+    watched = True
 
     def __init__(self, subject: str, payload: bytes, headers: HeadersInput | None, msg_id: str | None) -> None:
         super().__init__(subject, payload, headers, msg_id)
@@ -327,7 +339,7 @@ class Publisher:
                 expected_last_msg_id=expected_last_msg_id,
                 ttl=ttl,
             )
-        t = self._js.timeout if timeout is None else _check_timeout(timeout)
+        t = self._js.timeout if timeout is None else check_timeout(timeout)
         shell = self._shell
         shell.check_fork()
         if self._nc.is_closed:
@@ -342,11 +354,12 @@ class Publisher:
             machine = self._machine or self._start_locked()
             if self._prefix_b is not prefix:
                 frame = None  # a new PubAck inbox: the frame must name it
-            first = not window.pending
             now = _monotonic()
             window.add(entry, now, machine.gen if machine.connected else machine.gen + 1, token)
             # The caller's timeout rules: no re-send past it (the policy gives up instead), and
-            # the window's ack deadline is the same moment (a backstop of the caller's own wait).
+            # the window's ack deadline is the same moment, a backstop the session is not even
+            # told about (the caller's own wait below enforces it; re-sends the policy schedules
+            # are timers the I/O thread arms when the answer comes).
             entry.limit = entry.deadline = now + t
             try:
                 if frame is None or not conn.publish_frame(frame, size):
@@ -355,9 +368,6 @@ class Publisher:
                 window.remove(token)
                 raise
             shell.kick_locked()
-            if first:
-                # (the caller's own wait enforces its timeout: no need to wake the I/O thread)
-                shell.touch_locked(self._slot, wake=False)
         if not entry.lock.acquire(True, t):
             with self._lock:
                 timed_out = entry.outcome is PENDING
@@ -491,7 +501,7 @@ class Publisher:
         return fut
 
     def _wait_for_room_locked(self, timeout: float | None) -> None:
-        t = self._js.timeout if timeout is None else _check_timeout(timeout)
+        t = self._js.timeout if timeout is None else check_timeout(timeout)
         window = self._window
         deadline = _monotonic() + t
         self._room_waiters += 1
@@ -512,7 +522,7 @@ class Publisher:
 
     def complete(self, timeout: float = 30.0) -> None:
         """Wait until every async publish is settled; :class:`TimeoutError` after ``timeout``."""
-        deadline = _monotonic() + _check_timeout(timeout)
+        deadline = _monotonic() + check_timeout(timeout)
         window = self._window
         with self._lock:
             self._complete_waiters += 1
@@ -597,8 +607,3 @@ class Publisher:
             for fn in callbacks:
                 _run_callback(fn, fut)
 
-
-def _check_timeout(timeout: float) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise InvalidOptionError(f"timeout must be > 0 seconds, got {timeout!r}")
-    return float(timeout)

@@ -193,30 +193,36 @@ class FetchResult:
 
 class _FetchDriver(_Driver):
     def _on_notification(self, e: Any) -> None:
-        # (a fetch's queue takes messages and its end only)
-        cls = e.__class__
-        if cls is P.PinIdChanged:
-            self._consumer._pins[self._group] = e.pin_id
-        elif cls is P.PinIdCleared:
-            self._consumer._pins.pop(self._group, None)
-
-    _group: str | None = None
+        pass  # a fetch's queue takes messages and its end only (its pin, if any, dies with it)
 
 
-def fetch(consumer: Consumer, **options: Any) -> FetchResult:
+def _check_priority(consumer: Consumer, operation: str, options: dict[str, Any]) -> None:
+    """The priority-group options against the consumer's cached config (skipped for a handle
+    bound without info): :class:`InvalidOptionError` before anything is sent."""
+    P.check_priority(
+        consumer._info.config if consumer._info is not None else None,
+        consumer.name,
+        operation,
+        group=options.get("group"),
+        min_pending=options.get("min_pending"),
+        min_ack_pending=options.get("min_ack_pending"),
+        priority=options.get("priority"),
+    )
+
+
+def fetch(consumer: Consumer, _operation: str = "fetch", **options: Any) -> FetchResult:
     """``Consumer.fetch``: ``options`` are the keywords of
     :func:`jscore.pull.resolve_fetch_options`, handed over unchanged."""
-    group = options.get("group")
-    opts = P.resolve_fetch_options(pin_id=consumer._pins.get(group) if group is not None else None, **options)
+    opts = P.resolve_fetch_options(**options)
+    _check_priority(consumer, _operation, options)
     driver = _FetchDriver(consumer, P.FetchMachine(opts, _monotonic()))
-    driver._group = group
     driver._start()
     return FetchResult(driver, opts.client_timeout)
 
 
 def next_msg(consumer: Consumer, timeout: float, **options: Any) -> JsMsg:
     """``Consumer.next``: a fetch of 1 that expires after ``timeout``."""
-    result = fetch(consumer, max_messages=1, expires=timeout, **options)
+    result = fetch(consumer, "next", max_messages=1, expires=timeout, **options)
     for msg in result:
         return msg
     if result.error is not None:
@@ -231,20 +237,17 @@ EventHandler = Callable[[Any], None]
 
 
 class _ConsumeDriver(_Driver):
-    """A consume: the machine plus the accounting of what the user took."""
+    """A consume: the machine plus the accounting of what the user took. The machine keeps
+    the priority group's pin (ADR-42); its changes (``PinIdChanged`` / ``PinIdCleared``) reach
+    the user as notifications, like the other non-message events."""
 
-    def __init__(self, consumer: Consumer, machine: P.ConsumeMachine, group: str | None) -> None:
+    def __init__(self, consumer: Consumer, machine: P.ConsumeMachine) -> None:
         super().__init__(consumer, machine)
-        self._group = group
         self._checking = False
 
     def _on_notification(self, e: Any) -> None:
         cls = e.__class__
-        if cls is P.PinIdChanged:
-            self._consumer._pins[self._group] = e.pin_id
-        elif cls is P.PinIdCleared:
-            self._consumer._pins.pop(self._group, None)
-        elif cls is P.ConsumerCheckRequested:
+        if cls is P.ConsumerCheckRequested:
             # K 503s in a row: does the consumer still exist? (asked off the I/O thread)
             if not self._checking:
                 self._checking = True
@@ -285,6 +288,25 @@ class _ConsumeDriver(_Driver):
         with shell.lock:
             shell.flush_deferred_locked()
 
+    def ack_next(self, reply: str) -> None:
+        """``JsMsg.ack_next`` of one of our messages: the machine sends ``+NXT`` (a pull of one,
+        counted) or ``+ACK``; once it has ended, a plain ``+ACK``."""
+        shell = self._shell
+        shell.check_fork()
+        with shell.lock:
+            if not self._done and shell.session.running(self._slot):
+                shell.command_locked(self._slot, P.AckNext(reply=reply), kick=True)
+                return
+        shell.publish_to_reply(reply, P.ACK_BODY, False)
+
+    def _on_event(self, e: Any) -> None:
+        if e.__class__ is P.MessageDelivered:
+            msg = JsMsg._from_event(e.msg, self._client)
+            msg._source = self
+            self._q.put(msg)
+        else:
+            super()._on_event(e)
+
     def stop(self) -> None:
         with self._shell.lock:
             self._command(P.Stop())
@@ -295,10 +317,11 @@ class _ConsumeDriver(_Driver):
             self._command(P.Drain())
 
 
-def _consume_options(**options: Any) -> P.ConsumeOptions:
-    """``options`` are the keywords of :func:`jscore.pull.resolve_consume_options`."""
-    if options.get("expires") is None:
-        options["expires"] = 30.0
+def _consume_options(consumer: Consumer, **options: Any) -> P.ConsumeOptions:
+    """``options`` are the keywords of :func:`jscore.pull.resolve_consume_options`; ``expires``
+    None is the default (shorter on a pinned_client consumer: :func:`jscore.pull.consume_expires`)."""
+    config = consumer._info.config if consumer._info is not None else None
+    options["expires"] = P.consume_expires(config, consumer.name, options.get("expires"))
     # After K 503s in a row the machine asks us to check the consumer (_ConsumeDriver._verify)
     # instead of ending: a cluster without quorum or electing a leader is not a lost consumer.
     return P.resolve_consume_options(no_responders_check=True, **options)
@@ -500,15 +523,23 @@ def consume(
     if not callable(handler):
         raise InvalidOptionError("consume needs a callable handler")
     interval = None
+    opts = _consume_options(consumer, **options)
+    _check_priority(consumer, "consume", options)
     if auto_progress is not None:
         if isinstance(auto_progress, bool) or not isinstance(auto_progress, (int, float)) or not 0 < auto_progress < 1:
             raise InvalidOptionError(f"auto_progress must be a fraction of ack_wait in (0, 1), got {auto_progress!r}")
+        if consumer._info is None:
+            # Bound without info: the interval needs ack_wait, so ask for the info now.
+            try:
+                consumer.info()
+            except NatsError as exc:
+                raise InvalidOptionError(
+                    f"auto_progress needs the ack_wait of consumer {consumer.name!r}, whose info cannot be read"
+                ) from exc
         ack_wait = consumer.cached_info.config.ack_wait or 30.0
         interval = float(ack_wait) * auto_progress
-    group = options.get("group")
-    opts = _consume_options(pin_id=consumer._pins.get(group) if group is not None else None, **options)
     machine = P.ConsumeMachine(opts, _monotonic(), connected=consumer.jetstream.client.is_connected)
-    driver = _ConsumeDriver(consumer, machine, group)
+    driver = _ConsumeDriver(consumer, machine)
     cc = ConsumeContext(driver, opts, handler, on_event)
     cc._thread.start()
     if interval is not None:
@@ -616,10 +647,10 @@ class _StreamEnded(ConnectionClosedError):
 
 
 def messages(consumer: Consumer, on_event: EventHandler | None, **options: Any) -> MessageStream:
-    group = options.get("group")
-    opts = _consume_options(pin_id=consumer._pins.get(group) if group is not None else None, **options)
+    opts = _consume_options(consumer, **options)
+    _check_priority(consumer, "messages", options)
     machine = P.ConsumeMachine(opts, _monotonic(), connected=consumer.jetstream.client.is_connected)
-    driver = _ConsumeDriver(consumer, machine, group)
+    driver = _ConsumeDriver(consumer, machine)
     stream = MessageStream(driver, opts, on_event)
     driver._start()
     return stream

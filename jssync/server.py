@@ -282,6 +282,20 @@ def _wait_process_state(pid: int, *, stopped: bool, timeout: float = 2.0) -> Non
         time.sleep(0.005)
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec (Linux): the kernel sends it SIGTERM when the process that
+    started it dies, however it dies (SIGKILL included), so no server outlives its owner."""
+    if sys.platform != "linux":
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(_signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort: the atexit hook still cleans up
+        pass
+
+
 class PortInUseError(RuntimeError):
     """nats-server could not bind one of its ports (client, monitor or cluster)."""
 
@@ -311,6 +325,7 @@ class NatsServer:
         host: str = "127.0.0.1",
         jetstream: bool = True,
         store_dir: str | None = None,
+        die_with_parent: bool = False,
         config: str = "",
         jetstream_config: str = "",
         name: str | None = None,
@@ -342,6 +357,10 @@ class NatsServer:
         self._extra_config = extra_config.strip()
         self._js_body = js_body
         self._name = name
+        # The kernel's parent-death signal fires when the THREAD that started the process ends,
+        # so it is only for a server started by a thread that lives as long as its owner (the
+        # `jssync server` command's main thread), not for tests restarting servers from timers.
+        self._die_with_parent = die_with_parent
         self._tmp_dir = tempfile.mkdtemp(prefix=f"jssync-nats-{name + '-' if name else ''}")
         self._own_store = store_dir is None
         self._store_dir = os.path.abspath(store_dir) if store_dir else os.path.join(self._tmp_dir, "store")
@@ -548,6 +567,7 @@ class NatsServer:
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 close_fds=True,
+                preexec_fn=_die_with_parent if self._die_with_parent else None,
             )
         self._paused = False
         _register(self)

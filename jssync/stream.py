@@ -242,8 +242,9 @@ class Stream:
     ) -> Consumer:
         return self._js.create_or_update_consumer(self._name, config, timeout=timeout, **fields)
 
-    def consumer(self, name: str, *, timeout: float | None = None) -> Consumer:
-        return self._js.consumer(self._name, name, timeout=timeout)
+    def consumer(self, name: str, *, bind: bool = False, timeout: float | None = None) -> Consumer:
+        """A handle on consumer ``name`` of this stream (see :meth:`JetStream.consumer`)."""
+        return self._js.consumer(self._name, name, bind=bind, timeout=timeout)
 
     def delete_consumer(self, name: str, *, timeout: float | None = None) -> None:
         self._js.delete_consumer(self._name, name, timeout=timeout)

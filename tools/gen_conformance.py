@@ -336,8 +336,15 @@ def render() -> str:
         "- The heartbeat watchdog (2 x idle_heartbeat, reset by any message) runs only while a pull is "
         "outstanding and the connection is up; on expiry it reports `HeartbeatMissed` (not terminal), "
         "resets pending and pulls again. A reconnect resets pending and pulls at once.",
-        "- No spin: a refused pull without pending headers (409 Exceeded ...) is recovered by the "
-        "watchdog; 409 Message Size Exceeds MaxBytes also ends every byte-limited pull whose next "
+        "- Recovery (ADR-37): a consume ends only on `409 Consumer Deleted`, `409 Consumer is push "
+        "based`, `400 Bad Request` (the same pull would be refused again; ADR-37 lists it with the "
+        "errors and nats.go ends there too), a closed connection or the 503 rule below. Every other "
+        "status, known or not, is recovered from with a new pull.",
+        "- No spin: a pull refused as it arrives (409 Exceeded ...) is forgotten and re-pulled at "
+        "once, but refused again before a message arrives the re-pull waits "
+        f"{pull.REFUSED_BACKOFF:g} s, doubling up to {pull.MAX_REFUSED_BACKOFF:g} s; an unknown "
+        "status waits the same way from the first one; "
+        "409 Message Size Exceeds MaxBytes also ends every byte-limited pull whose next "
         "message does not fit the rest of its max_bytes, so it holds pulls only when nothing came "
         "at all (then for `expires` seconds) and otherwise waits for the application to take a "
         "buffered message; 503 "

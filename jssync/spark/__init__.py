@@ -116,7 +116,21 @@ def __getattr__(name: str) -> Any:
 
 # --------------------------------------------------------------------------- options
 
-_CONNECT_KEYS = frozenset({"user", "password", "token", "creds", "nkey_seed", "tls", "connect_timeout", "name"})
+_CONNECT_KEYS = frozenset(
+    {
+        "user",
+        "password",
+        "token",
+        "creds_file",
+        "nkey_seed_file",
+        "tls",
+        "tls_ca_file",
+        "tls_cert_file",
+        "tls_key_file",
+        "connect_timeout",
+        "name",
+    }
+)
 _WRITE_KEYS = frozenset(
     {
         "subject_column",
@@ -215,8 +229,9 @@ def publish_partition(
     Rows are ``Row``\\ s or dicts with the ``data`` column (binary or string; ``data_column``),
     optional ``subject`` (``subject_column``; the ``subject`` argument overrides it) and
     ``headers`` (a map; ``headers_column``) columns, or tuples ``(data, subject, headers,
-    msg_id)``. Other keywords: the connection's (``user``, ``password``, ``token``, ``creds``,
-    ``nkey_seed``, ``tls``, ``connect_timeout``, ``name``) and the writer's (``msg_id_column``,
+    msg_id)``. Other keywords: the connection's (``user``, ``password``, ``token``,
+    ``creds_file``, ``nkey_seed_file``, ``tls``, ``tls_ca_file``, ``tls_cert_file``,
+    ``tls_key_file``, ``connect_timeout``, ``name``: see :class:`NatsConfig`) and the writer's (``msg_id_column``,
     ``dedupe_mode``, ``stream``, ``min_duplicate_window``, ``fail_on_short_window``,
     ``max_pending``, ``ack_timeout``, ``retries``): see :class:`WriteOptions`.
     """

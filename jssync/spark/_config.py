@@ -15,10 +15,12 @@ the option's name.
 from __future__ import annotations
 
 import math
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
+from jscore.auth import looks_like_seed
 from jscore.connection import _redact, parse_server_url
 from jscore.errors import BadSubjectError, InvalidOptionError
 from jscore.protocol import check_publish_subject
@@ -31,6 +33,14 @@ __all__ = ["NatsConfig", "WriteOptions", "DedupeMode", "option_lookup"]
 DedupeMode = Literal["msgid", "subject"]
 
 _SECRET_FIELDS = frozenset({"password", "token"})
+# Paths of files read on the executor, and their option names.
+_PATH_FIELDS: Final = {
+    "creds_file": "credsFile",
+    "nkey_seed_file": "nkeySeedFile",
+    "tls_ca_file": "tlsCaFile",
+    "tls_cert_file": "tlsCertFile",
+    "tls_key_file": "tlsKeyFile",
+}
 
 
 def option_lookup(options: Mapping[str, str]) -> dict[str, str]:
@@ -105,17 +115,23 @@ def _check_positive(name: str, value: object, *, allow_zero: bool = False) -> No
 class NatsConfig:
     """Where and how to connect: a frozen, hashable, picklable value whose repr hides secrets.
 
-    ``creds`` and ``nkey_seed`` are file paths, read where the connection is made (on the
-    executor), so the files must exist there.
+    ``creds_file``, ``nkey_seed_file`` and the ``tls_*_file`` options are file paths, read where
+    the connection is made (on the executor, again at every reconnect), so the files must exist
+    there; the secrets in them never travel in the plan, a closure or a pickle. (``password``
+    and ``token`` do: Spark ships the config to the executors.) A seed or a creds file's
+    content given instead of a path is refused without being echoed.
     """
 
     servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
     user: str | None = None
     password: str | None = None
     token: str | None = None
-    creds: str | None = None
-    nkey_seed: str | None = None
+    creds_file: str | None = None
+    nkey_seed_file: str | None = None
     tls: bool = False
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
     connect_timeout: float = 5.0
     name: str | None = "jssync-spark"
 
@@ -135,10 +151,25 @@ class NatsConfig:
         _check_positive("connect_timeout", self.connect_timeout)
         if not isinstance(self.tls, bool):
             raise InvalidOptionError(f"tls: expected a bool, got {self.tls!r}")
-        for f in ("user", "password", "token", "creds", "nkey_seed", "name"):
+        for f in ("user", "password", "token", *_PATH_FIELDS, "name"):
             value = getattr(self, f)
             if value is not None and not isinstance(value, str):
                 raise InvalidOptionError(f"{f}: expected a string, got {type(value).__name__}")
+        for f, option in _PATH_FIELDS.items():
+            value = getattr(self, f)
+            if value is not None and (looks_like_seed(value) or "-----BEGIN" in value or "\n" in value):
+                # Never echo it: it is a secret pasted where a path belongs.
+                raise InvalidOptionError(
+                    f"{option}: expected the path of a file (read on the executor), not the secret itself"
+                )
+        if self.creds_file is not None and self.nkey_seed_file is not None:
+            raise InvalidOptionError("credsFile and nkeySeedFile exclude each other")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise InvalidOptionError("tlsCertFile and tlsKeyFile go together (the client certificate and its key)")
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls or any(getattr(self, f) is not None for f in ("tls_ca_file", "tls_cert_file"))
 
     def __repr__(self) -> str:
         parts = []
@@ -158,10 +189,14 @@ class NatsConfig:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> NatsConfig:
         """Parse string options: ``servers`` (comma-separated URLs; ``url`` is an alias),
-        ``user``, ``password``, ``token``, ``creds``, ``nkeySeed``, ``tls`` (true/false),
-        ``connectTimeout`` (seconds), ``name``. Unknown options are ignored (they belong to the
-        reader or writer)."""
+        ``user``, ``password``, ``token``, ``credsFile``, ``nkeySeedFile``, ``tls``
+        (true/false), ``tlsCaFile``, ``tlsCertFile``, ``tlsKeyFile``, ``connectTimeout``
+        (seconds), ``name``. Unknown options are ignored (they belong to the reader or
+        writer)."""
         opts = option_lookup(options)
+        for old, new in (("creds", "credsFile"), ("nkeySeed", "nkeySeedFile")):
+            if opts.get(old.lower()) is not None:
+                raise InvalidOptionError(f"{old}: use {new} (the path of a file read on the executor)")
         raw = _text(opts, "servers") or _text(opts, "url")
         if raw is None:
             raise InvalidOptionError("servers: the option is required (comma-separated NATS URLs)")
@@ -179,9 +214,12 @@ class NatsConfig:
             user=_text(opts, "user"),
             password=opts.get("password") or None,
             token=opts.get("token") or None,
-            creds=_text(opts, "creds"),
-            nkey_seed=_text(opts, "nkeySeed"),
+            creds_file=_text(opts, "credsFile"),
+            nkey_seed_file=_text(opts, "nkeySeedFile"),
             tls=_bool(opts, "tls", False),
+            tls_ca_file=_text(opts, "tlsCaFile"),
+            tls_cert_file=_text(opts, "tlsCertFile"),
+            tls_key_file=_text(opts, "tlsKeyFile"),
             connect_timeout=_float(opts, "connectTimeout", 5.0),
             name=name if name is not None else "jssync-spark",
         )
@@ -190,14 +228,29 @@ class NatsConfig:
         """A new connected :class:`jssync.Client` (executor side; never pickle it)."""
         from jssync.client import connect
 
-        kwargs: dict[str, object] = {"connect_timeout": self.connect_timeout}
-        for f in ("user", "password", "token", "creds", "nkey_seed", "name"):
+        kwargs: dict[str, Any] = {"connect_timeout": self.connect_timeout}
+        for f in ("user", "password", "token", "name"):
             value = getattr(self, f)
             if value is not None:
                 kwargs[f] = value
-        if self.tls:
-            kwargs["tls"] = True
+        if self.creds_file is not None:
+            kwargs["creds"] = self.creds_file
+        if self.nkey_seed_file is not None:
+            kwargs["nkey_seed"] = self.nkey_seed_file
+        if self.uses_tls:
+            kwargs["tls"] = self.ssl_context()
         return connect(list(self.servers), **kwargs)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context these options describe (the CA and client certificate files are read
+        here, on the executor)."""
+        try:
+            ctx = ssl.create_default_context(cafile=self.tls_ca_file)
+            if self.tls_cert_file is not None and self.tls_key_file is not None:
+                ctx.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise InvalidOptionError(f"tls: cannot load the TLS files: {exc}") from None
+        return ctx
 
 
 @dataclass(frozen=True)

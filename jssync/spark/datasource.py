@@ -580,7 +580,7 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
         datas.append(msg.data)
         headers.append(_headers_dict(msg))
         seqs.append(meta.sequence.stream)
-        stamps.append((meta.timestamp_ns + 500) // 1000)  # microseconds, rounded like meta.timestamp
+        stamps.append(meta.timestamp_ns // 1000)  # microseconds, truncated like meta.timestamp
         if len(seqs) >= rows:
             yield batch()
     if seqs:
@@ -986,7 +986,8 @@ class JetStreamDataSource(DataSource):
     """The ``jetstream`` data source: ``spark.dataSource.register(JetStreamDataSource)``.
 
     Options (strings): ``servers`` (required), credentials (``user``, ``password``, ``token``,
-    ``creds``, ``nkeySeed``, ``tls``, ``connectTimeout``); reading: ``stream`` (required),
+    ``credsFile``, ``nkeySeedFile``, ``tls``, ``tlsCaFile``, ``tlsCertFile``, ``tlsKeyFile``,
+    ``connectTimeout``); reading: ``stream`` (required),
     ``subjects``, ``startingOffsets``, ``startingTimestamp``, ``endingOffsets`` (batch),
     ``minPartitions``, ``maxRecordsPerPartition``, ``maxRecordsPerTrigger`` (streaming),
     ``failOnDataLoss``, ``fetchBatchSize``; writing: see :class:`WriteOptions` and ``writeId``.

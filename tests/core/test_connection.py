@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import random
 from typing import Any, TypeVar
 
@@ -220,6 +221,7 @@ def test_connect_user_and_password_from_options() -> None:
     assert h.last_connect["user"] == "bob" and h.last_connect["pass"] == "s3cret"
     assert "auth_token" not in h.last_connect
     assert "s3cret" not in repr(h.options)
+    assert b"s3cret" not in pickle.dumps(h.options) and pickle.loads(pickle.dumps(h.options)).password is None
 
 
 def test_connect_user_and_password_from_url_win_over_options() -> None:
@@ -227,6 +229,8 @@ def test_connect_user_and_password_from_url_win_over_options() -> None:
     h.connect()
     assert h.last_connect["user"] == "alice" and h.last_connect["pass"] == "p@ss"
     assert "p@ss" not in repr(h.conn._pool[0].address) and "p%40ss" not in h.conn.servers[0]
+    back = pickle.loads(pickle.dumps(h.options))
+    assert back.servers == ("nats://a:4222",) and b"p%40ss" not in pickle.dumps(h.options)
 
 
 def test_connect_token() -> None:
@@ -235,6 +239,7 @@ def test_connect_token() -> None:
     assert h.last_connect["auth_token"] == "s3cr3t-t0k"
     assert "user" not in h.last_connect and "pass" not in h.last_connect
     assert "s3cr3t-t0k" not in repr(h.options)
+    assert b"s3cr3t-t0k" not in pickle.dumps(h.options) and pickle.loads(pickle.dumps(h.options)).token is None
 
 
 def test_connect_echo_false_and_version_fields() -> None:

@@ -239,7 +239,8 @@ def test_parse_batch_reply() -> None:
     r = DG.parse_batch_reply(reply_headers(5, 3, 4, Own="x"), b"data")
     assert r.msg is not None
     assert (r.msg.seq, r.msg.subject, r.msg.stream, r.msg.data) == (5, "a.1", "S", b"data")
-    assert r.msg.time == datetime(2026, 11, 22, 6, 54, 8, 822888, tzinfo=UTC)
+    assert r.msg.time == datetime(2026, 11, 22, 6, 54, 8, 822887, tzinfo=UTC)  # truncated
+    assert r.msg.time.nanosecond == 922  # type: ignore[attr-defined]
     assert r.msg.headers == Headers([("Own", "x")])  # the cursor headers are not the message's
     assert (r.num_pending, r.last_seq, r.up_to_seq) == (4, 3, None)
 

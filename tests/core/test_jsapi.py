@@ -460,17 +460,20 @@ def test_direct_reply_malformed(headers: Headers | None) -> None:
     ("text", "expected"),
     [
         ("2026-11-22T01:44:53.269610481Z", datetime(2026, 11, 22, 1, 44, 53, 269610, tzinfo=UTC)),
-        ("2026-11-22T01:44:53.2696105Z", datetime(2026, 11, 22, 1, 44, 53, 269611, tzinfo=UTC)),
+        ("2026-11-22T01:44:53.2696105Z", datetime(2026, 11, 22, 1, 44, 53, 269610, tzinfo=UTC)),
         ("2026-11-22T01:44:53Z", datetime(2026, 11, 22, 1, 44, 53, tzinfo=UTC)),
         ("2022-08-06 00:29:27.587861324 +0000 UTC", datetime(2022, 8, 6, 0, 29, 27, 587861, tzinfo=UTC)),
         ("2026-11-22T03:44:53.5+02:00", datetime(2026, 11, 22, 1, 44, 53, 500000, tzinfo=UTC)),
-        ("2026-11-22 01:44:53.999999999 -0130 -0130", datetime(2026, 11, 22, 3, 14, 54, tzinfo=UTC)),
+        ("2026-11-22 01:44:53.999999999 -0130 -0130", datetime(2026, 11, 22, 3, 14, 53, 999999, tzinfo=UTC)),
     ],
 )
 def test_parse_nats_time(text: str, expected: datetime) -> None:
     got = jsapi.parse_nats_time(text)
+    # Truncated to microseconds (never later than the stamp), the nanoseconds kept apart.
     assert got == expected
     assert got.utcoffset() is not None
+    frac = text.split(".")[1].split("Z")[0].split("+")[0].split(" ")[0] if "." in text else ""
+    assert got.nanosecond == int(frac.ljust(9, "0")[6:9] or 0)
 
 
 @pytest.mark.parametrize("text", ["", "yesterday", "2026-13-01T00:00:00Z", "2026-11-22T01:44Z", "2026-11-22T01:44:53.Z"])

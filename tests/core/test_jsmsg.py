@@ -76,8 +76,10 @@ def test_timestamp_keeps_nanoseconds_and_is_aware_utc() -> None:
     m = parse_ack_subject(f"$JS.ACK.S.C.1.1.1.{TS}.0")
     assert m.timestamp_ns == TS  # exact: not through a float
     assert m.timestamp.tzinfo is not None and m.timestamp.utcoffset() == timedelta(0)
-    # rounded to µs, like StoredMsg.time (and msgspec for the JSON timestamps of STREAM.MSG.GET)
-    assert m.timestamp == datetime(2023, 11, 14, 22, 13, 20, 123457, tzinfo=timezone.utc)
+    # truncated to µs (never later than the server's stamp), the nanoseconds kept: the exact
+    # time the server needs to find the message again (start_time=m.timestamp)
+    assert m.timestamp == datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=timezone.utc)
+    assert m.timestamp.nanosecond == TS % 1000 and m.timestamp.ns == TS
     # A float conversion would lose the last digits; these two differ by 1 ns.
     a = parse_ack_subject(f"$JS.ACK.S.C.1.1.1.{TS}.0")
     b = parse_ack_subject(f"$JS.ACK.S.C.1.1.1.{TS + 1}.0")

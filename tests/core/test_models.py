@@ -16,6 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jscore import errors, jsapi, models
+from jscore.jsapi import parse_nats_time as jsapi_parse
+from jscore.times import NatsTime
 from jscore.models import (
     AccountInfo,
     AckPolicy,
@@ -314,7 +316,9 @@ def test_decode_real_stream_create_reply() -> None:
     assert cfg.duplicate_window == 120.0 and cfg.max_age == 0.0
     assert cfg.max_msgs_per_subject == -1
     assert cfg.consumer_limits == StreamConsumerLimits()
-    assert info.created == datetime(2026, 11, 22, 1, 44, 53, 251629, tzinfo=UTC)
+    # Truncated to the microsecond (never later than the server's stamp), nanoseconds kept.
+    assert info.created == datetime(2026, 11, 22, 1, 44, 53, 251628, tzinfo=UTC)
+    assert isinstance(info.created, NatsTime) and info.created.nanosecond == 563
     assert info.created is not None and info.created.tzinfo is not None
     assert info.state.first_ts is None and info.state.last_ts is None  # Go zero time
     assert info.state.messages == 0 and info.state.consumer_count == 0
@@ -365,7 +369,7 @@ def test_unknown_enum_values_decode_as_pseudo_members() -> None:
 @pytest.mark.parametrize(
     ("stamp", "expected"),
     [
-        ("2026-11-22T01:44:53.251628563Z", datetime(2026, 11, 22, 1, 44, 53, 251629, tzinfo=UTC)),
+        ("2026-11-22T01:44:53.251628563Z", datetime(2026, 11, 22, 1, 44, 53, 251628, tzinfo=UTC)),
         ("2026-11-22T01:44:53Z", datetime(2026, 11, 22, 1, 44, 53, tzinfo=UTC)),
         ("2026-11-22T03:44:53.1+02:00", datetime(2026, 11, 22, 1, 44, 53, 100000, tzinfo=UTC)),
     ],
@@ -374,6 +378,8 @@ def test_timestamps_with_nanoseconds(stamp: str, expected: datetime) -> None:
     info = decode(b'{"config":{"name":"S"},"created":"%s"}' % stamp.encode(), StreamInfo)
     assert info.created == expected
     assert info.created is not None and info.created.utcoffset() is not None
+    assert isinstance(info.created, NatsTime)
+    assert info.created.ns == jsapi_parse(stamp).ns  # the exact nanoseconds survive decoding
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,8 @@ poisoning, and a port of nats.go's TestPullConsumer_checkPending table.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from jscore.errors import (
@@ -625,3 +627,56 @@ def test_seeded_with_what_the_transport_already_holds() -> None:
     [p] = pulls(events(m))
     assert body(p)["batch"] == 10 - 5
     assert (m.buffered_messages, m.pending_messages) == (5, 5)
+
+
+# ---------------------------------------------------------------- ack_next (+NXT)
+
+
+def test_ack_next_is_a_counted_pull_of_one_when_there_is_room() -> None:
+    from jscore.pull import AckNext, AckNextRequested
+
+    m, _ = machine(max_messages=10, expires=5, group="G")
+    for _ in range(3):
+        m.receive_msg(user(10, pin="P"), 0.1)
+    m.handle(MessagesTaken(count=3, size=30), 0.2)
+    events(m)
+    assert (m.pending_messages, m.buffered_messages) == (7, 0)
+    m.handle(AckNext(reply="$JS.ACK.S.C.1.1.1.1.0"), 0.3)
+    [e] = events(m)
+    assert isinstance(e, AckNextRequested) and e.pull and e.reply == "$JS.ACK.S.C.1.1.1.1.0"
+    assert e.body.startswith(b"+NXT {")
+    req = json.loads(e.body[5:])
+    assert req["batch"] == 1 and req["expires"] == 5_000_000_000 and req["group"] == "G" and req["id"] == "P"
+    assert m.pending_messages == 8  # counted like any pull
+
+
+def test_ack_next_is_a_plain_ack_without_room_or_while_stopping_or_disconnected() -> None:
+    from jscore.pull import AckNext, AckNextRequested
+
+    m, _ = machine(max_messages=2)
+    assert m.pending_messages == 2
+    m.handle(AckNext(reply="r1"), 0.1)
+    assert events(m) == [AckNextRequested(reply="r1", body=b"+ACK", pull=False)]
+    assert m.pending_messages == 2
+    m.handle(ConnectionLost(), 0.2)
+    m.handle(AckNext(reply="r2"), 0.2)
+    assert events(m) == [AckNextRequested(reply="r2", body=b"+ACK", pull=False)]
+    m2, _ = machine(max_messages=10)
+    m2.receive_msg(user(), 0.1)
+    m2.handle(Drain(), 0.2)
+    events(m2)
+    m2.handle(AckNext(reply="r3"), 0.3)
+    assert events(m2) == [AckNextRequested(reply="r3", body=b"+ACK", pull=False)]
+
+
+def test_ack_next_in_bytes_mode_asks_for_the_room_left() -> None:
+    from jscore.pull import AckNext
+
+    m, _ = machine(max_bytes=1000)
+    m.receive_msg(user(300), 0.1)
+    m.handle(MessagesTaken(count=1, size=300), 0.2)
+    events(m)
+    assert (m.pending_bytes, m.buffered_bytes) == (700, 0)  # above the threshold: no pull yet
+    m.handle(AckNext(reply="r"), 0.3)
+    [e] = events(m)
+    assert e.pull and json.loads(e.body[5:])["max_bytes"] == 300 and m.pending_bytes == 1000

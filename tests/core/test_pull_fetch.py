@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jscore.errors import (
+    PinIdMismatchError,
     ConnectionLostError,
     ConsumerDeletedError,
     LocalProtocolError,
@@ -166,15 +167,16 @@ def test_stop(cmd: Stop | Drain) -> None:
     assert events(m) == []
 
 
-def test_pin_id_is_sent_reported_and_cleared() -> None:
+def test_pin_id_is_sent_reported_and_a_423_ends_with_pin_id_mismatch() -> None:
     m, p = fetch(max_messages=5, group="G", pin_id="P1", priority=1)
     assert (body(p)["group"], body(p)["id"], body(p)["priority"]) == ("G", "P1", 1)
     m.receive_msg(user(pin="P2"), 0.1)
     assert of_type(events(m), PinIdChanged) == [PinIdChanged(pin_id="P2")]
     m.receive_msg(status(423, "Nats-Wrong-Pin-Id", pending=4, pending_bytes=0), 0.2)
     evs = events(m)
-    assert of_type(evs, PinIdCleared) == [PinIdCleared(code=423, description="Nats-Wrong-Pin-Id")]
-    assert isinstance(evs[-1], FetchFinished) and evs[-1].error is None and m.pin_id is None
+    # A fetch is one pull: the pin it held dies with it; the 423 is its end (as in nats.go).
+    assert of_type(evs, PinIdCleared) == []
+    assert isinstance(evs[-1], FetchFinished) and isinstance(evs[-1].error, PinIdMismatchError)
 
 
 def test_heartbeat_and_flow_control_do_not_end_it() -> None:

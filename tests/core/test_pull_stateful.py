@@ -23,6 +23,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from jscore.errors import ConsumerNotFoundError
 from jscore.pull import (
+    AckNext,
+    AckNextRequested,
     ConnectionLost,
     ConnectionRestored,
     ConsumeMachine,
@@ -60,13 +62,13 @@ RECOVERABLE = [
     (423, "Nats-Pin-Id mismatch"),
     (503, None),  # terminal only after K in a row
     (100, "FlowControl Request"),
+    (409, "Something Unknown"),  # ADR-37: recovered from, with backoff
+    (412, "Required Api Level"),
 ]
 TERMINAL = [
     (409, "Consumer Deleted"),
     (409, "Consumer is push based"),
-    (409, "Something Unknown"),
     (400, "Bad Request - nope"),
-    (412, "Required Api Level"),
 ]
 STATUSES = RECOVERABLE + TERMINAL
 
@@ -207,8 +209,8 @@ class ConsumeModel(RuleBasedStateMachine):
             assert self.m.finished
             [end] = [e for e in evs if isinstance(e, ConsumeTerminated)]
             assert rule_.error is not None and type(end.error) is rule_.error
-        if running and rule_.consume is Disposition.WARNING and not headers:
-            assert (self.m.pending_messages, self.m.pending_bytes) == before  # no headers, no change
+        if running and rule_.consume in (Disposition.WARN_REFUSED_REPULL, Disposition.WARN_BACKOFF_REPULL):
+            assert not self.m.finished  # ADR-37: recovered from, never terminal
 
     @rule()
     def consumer_found_gone(self) -> None:
@@ -250,6 +252,19 @@ class ConsumeModel(RuleBasedStateMachine):
         size = sum(self.sizes.popleft() for _ in range(k))
         self.m.handle(MessagesTaken(count=k, size=size), self.now)
         self.absorb()
+
+    @rule()
+    def ack_next(self) -> None:
+        """The application acks a message with +NXT: a counted pull of one, or a plain ack."""
+        before = self.m.pending_messages, self.m.pending_bytes
+        self.m.handle(AckNext(reply="$JS.ACK.x"), self.now)
+        evs = self.absorb()
+        [e] = [ev for ev in evs if isinstance(ev, AckNextRequested)]
+        if e.pull:
+            assert self.connected and not self.ended and self.m.state is PullState.RUNNING
+            assert self.m.pending_messages > before[0] or self.opts.by_bytes
+        else:
+            assert e.body == b"+ACK" and (self.m.pending_messages, self.m.pending_bytes) == before
 
     @rule()
     def disconnect(self) -> None:

@@ -20,6 +20,7 @@ from jscore.errors import (
     MaxBytesExceededError,
     NatsError,
     NoRespondersError,
+    PinIdMismatchError,
     PullBadRequestError,
     PullNoRespondersError,
     PullRequestLimitError,
@@ -82,7 +83,9 @@ def test_rows_are_unique_and_none_is_shadowed() -> None:
 
 def test_terminal_and_error_rows_name_an_error() -> None:
     for rule in STATUS_TABLE:
-        if rule.consume in (D.TERMINAL, D.RETRY_BACKOFF, D.WARNING, D.WARN_NO_SPIN) or rule.fetch in (
+        if rule.consume in (
+            D.TERMINAL, D.RETRY_BACKOFF, D.WARN_REFUSED_REPULL, D.WARN_BACKOFF_REPULL, D.WARN_NO_SPIN
+        ) or rule.fetch in (
             D.END_ERROR,
             D.END_ERROR_IF_EMPTY,
         ):
@@ -93,13 +96,13 @@ def test_matching_is_by_exact_prefix_never_substring_nor_case() -> None:
     assert classify_status(409, "Consumer Deleted").error is ConsumerDeletedError
     assert classify_status(409, "consumer deleted").error is PullStatusError  # case as sent
     assert classify_status(409, "The Consumer Deleted").error is PullStatusError  # no substring
-    assert classify_status(409, "Leadership change").consume is D.TERMINAL
+    assert classify_status(409, "Leadership change").consume is D.WARN_BACKOFF_REPULL  # unknown
     assert classify_status(409, "Exceeded MaxRequestBatch of 100").error is PullRequestLimitError
     assert classify_status(400, "Bad Request - Priority Group missing").error is PullBadRequestError
     assert classify_status(400, "Something").error is PullStatusError
     assert classify_status(503, None).error is PullNoRespondersError
     assert classify_status(503, "").error is PullNoRespondersError
-    assert classify_status(409, None).consume is D.TERMINAL
+    assert classify_status(409, None).consume is D.WARN_BACKOFF_REPULL
     assert classify_status(100, None).consume is D.HEARTBEAT
     assert classify_status(412, "Required Api Level") is UNKNOWN_STATUS
     assert classify_status(204, "EOB") is UNKNOWN_STATUS
@@ -160,22 +163,22 @@ EXPECTED: tuple[Expect, ...] = (
     Expect(409, "Batch Completed", D.REPULL, D.END, None, True),
     Expect(409, "Leadership Change", D.RESET_REPULL, D.END, None, False),
     Expect(409, "Server Shutdown", D.WARN_REPULL, D.END, None, True),
-    Expect(409, "Exceeded MaxWaiting", D.WARNING, D.END_ERROR, PullRequestLimitError, False),
-    Expect(409, "Exceeded MaxRequestBatch of 100", D.WARNING, D.END_ERROR, PullRequestLimitError, False),
-    Expect(409, "Exceeded MaxRequestExpires of 5s", D.WARNING, D.END_ERROR, PullRequestLimitError, False),
-    Expect(409, "Exceeded MaxRequestMaxBytes of 1024", D.WARNING, D.END_ERROR, PullRequestLimitError, False),
+    Expect(409, "Exceeded MaxWaiting", D.WARN_REFUSED_REPULL, D.END_ERROR, PullRequestLimitError, False),
+    Expect(409, "Exceeded MaxRequestBatch of 100", D.WARN_REFUSED_REPULL, D.END_ERROR, PullRequestLimitError, False),
+    Expect(409, "Exceeded MaxRequestExpires of 5s", D.WARN_REFUSED_REPULL, D.END_ERROR, PullRequestLimitError, False),
+    Expect(409, "Exceeded MaxRequestMaxBytes of 1024", D.WARN_REFUSED_REPULL, D.END_ERROR, PullRequestLimitError, False),
     Expect(409, "Consumer Deleted", D.TERMINAL, D.END_ERROR, ConsumerDeletedError, False),
     Expect(409, "Consumer is push based", D.TERMINAL, D.END_ERROR, ConsumerIsPushBasedError, False),
-    Expect(409, "Stream Deleted", D.TERMINAL, D.END_ERROR, PullStatusError, False),
-    Expect(409, "consumer deleted", D.TERMINAL, D.END_ERROR, PullStatusError, False),
+    Expect(409, "Stream Deleted", D.WARN_BACKOFF_REPULL, D.END_ERROR, PullStatusError, False),
+    Expect(409, "consumer deleted", D.WARN_BACKOFF_REPULL, D.END_ERROR, PullStatusError, False),
     Expect(400, "Bad Request", D.TERMINAL, D.END_ERROR, PullBadRequestError, False),
     Expect(400, "Bad Request - Invalid Priority Group", D.TERMINAL, D.END_ERROR, PullBadRequestError, False),
-    Expect(423, "Nats-Wrong-Pin-Id", D.CLEAR_PIN_REPULL, D.END_CLEAR_PIN, None, True),
-    Expect(423, "Nats-Pin-Id mismatch", D.CLEAR_PIN_REPULL, D.END_CLEAR_PIN, None, False),
-    Expect(423, None, D.CLEAR_PIN_REPULL, D.END_CLEAR_PIN, None, False),
+    Expect(423, "Nats-Wrong-Pin-Id", D.CLEAR_PIN_REPULL, D.END_ERROR, PinIdMismatchError, True),
+    Expect(423, "Nats-Pin-Id mismatch", D.CLEAR_PIN_REPULL, D.END_ERROR, PinIdMismatchError, False),
+    Expect(423, None, D.CLEAR_PIN_REPULL, D.END_ERROR, PinIdMismatchError, False),
     Expect(503, None, D.RETRY_BACKOFF, D.END_ERROR, PullNoRespondersError, False),
-    Expect(412, "Required Api Level", D.TERMINAL, D.END_ERROR, PullStatusError, False),
-    Expect(500, "Internal", D.TERMINAL, D.END_ERROR, PullStatusError, False),
+    Expect(412, "Required Api Level", D.WARN_BACKOFF_REPULL, D.END_ERROR, PullStatusError, False),
+    Expect(500, "Internal", D.WARN_BACKOFF_REPULL, D.END_ERROR, PullStatusError, False),
 )
 
 
@@ -263,9 +266,43 @@ def check_consume(exp: Expect) -> None:
         assert pulls(events(m2)) == []
         m2.handle_timeout(now + 2)
         assert [body(p)["batch"] for p in pulls(events(m2))] == [10]
-    elif d is D.WARNING:
-        assert ps == [] and m.pending_messages == 4 and len(warnings) == 1 and not m.finished
+    elif d is D.WARN_REFUSED_REPULL:
+        # The last pull (batch 10) was refused as it arrived: forgotten (pending 4 - 10 -> 0),
+        # warned about, re-pulled at once for the free room (max 10 - buffered 3).
+        assert len(warnings) == 1 and not m.finished
         assert exp.error is not None and isinstance(warnings[0].error, exp.error)
+        assert [body(p)["batch"] for p in ps] == [7] and m.pending_messages == 7
+        # Refused again before any message: the next re-pull waits 1 s, then 2 s (no spin).
+        m.receive_msg(status(exp.code, exp.description), now)
+        assert pulls(events(m)) == [] and m.next_deadline() == now + 1.0
+        m.handle_timeout(now + 1.0)
+        assert [body(p)["batch"] for p in pulls(events(m))] == [7]
+        m.receive_msg(status(exp.code, exp.description), now + 1.0)
+        assert pulls(events(m)) == [] and m.next_deadline() == now + 3.0
+        # A message ends the streak: the next refusal re-pulls at once again.
+        m.handle_timeout(now + 3.0)
+        events(m)
+        m.receive_msg(user(10), now + 3.1)
+        m.handle(MessagesTaken(count=4, size=40), now + 3.1)
+        events(m)
+        m.receive_msg(status(exp.code, exp.description), now + 3.2)
+        assert len(pulls(events(m))) == 1 and not m.finished
+    elif d is D.WARN_BACKOFF_REPULL:
+        # Unknown: warned about, never terminal; its pull forgotten; re-pulled after 1 s,
+        # doubling up to 10 s while nothing arrives.
+        assert len(warnings) == 1 and not m.finished and ps == []
+        assert exp.error is not None and isinstance(warnings[0].error, exp.error)
+        if not exp.has_pending_headers:
+            assert m.pending_messages == 0
+        t = now
+        for delay in (1.0, 2.0, 4.0, 8.0, 10.0, 10.0):
+            assert m.next_deadline() == t + delay
+            t += delay
+            m.handle_timeout(t)
+            assert len(pulls(events(m))) == 1 and not m.finished
+            m.receive_msg(status(exp.code, exp.description), t)
+            again = events(m)
+            assert pulls(again) == [] and len(of_type(again, StatusWarning)) == 1
     elif d is D.TERMINAL:
         [end] = of_type(evs, ConsumeTerminated)
         assert exp.error is not None and type(end.error) is exp.error
@@ -276,8 +313,17 @@ def check_consume(exp: Expect) -> None:
     elif d is D.CLEAR_PIN_REPULL:
         assert of_type(evs, PinIdCleared) == [PinIdCleared(code=exp.code, description=exp.description or "")]
         assert m.pin_id is None
-        [p] = ps
+        [p] = ps  # at once
         assert body(p)["batch"] == 7 and "id" not in body(p) and body(p)["group"] == "G"
+        # A 423 also cancels a backoff that was running: the re-pull goes at once.
+        m2, t = _consume_setup()
+        m2.receive_msg(status(409, "Exceeded MaxWaiting"), t)
+        m2.receive_msg(status(409, "Exceeded MaxWaiting"), t)
+        assert m2.next_deadline() == t + 1.0
+        events(m2)
+        m2.receive_msg(status(exp.code, exp.description, pending=m2.pending_messages if exp.has_pending_headers else None,
+                              pending_bytes=0 if exp.has_pending_headers else None), t)
+        assert len(pulls(events(m2))) == 1 and m2.pin_id is None
     elif d is D.RETRY_BACKOFF:
         assert ps == [] and m.pending_messages == 0 and len(warnings) == 1 and not m.finished
         assert exp.error is not None and isinstance(warnings[0].error, exp.error)
@@ -312,9 +358,6 @@ def check_fetch(exp: Expect) -> None:
             assert end.error is None
         elif d in (D.END_ERROR, D.END_ERROR_IF_EMPTY):
             assert exp.error is not None and type(end.error) is exp.error
-        elif d is D.END_CLEAR_PIN:
-            assert end.error is None and m.pin_id is None
-            assert of_type(evs, PinIdCleared) == [PinIdCleared(code=exp.code, description=exp.description or "")]
         else:  # pragma: no cover
             pytest.fail(f"not a fetch disposition: {d}")
         m.receive_msg(user(), 0.3)  # late: ignored

@@ -1,8 +1,11 @@
-"""jscore is sans-IO: no sockets, no threads, no clock, no global random (DESIGN.md).
+"""jscore is sans-IO: no sockets, no threads, no clock, no global random, no files, no
+cryptography (DESIGN.md).
 
 An AST scan of every module of jscore. ``import random`` is allowed only for the
 ``random.Random`` type (an injected generator); calling a module-level function of ``random``
-(random.random, randint, choice, uniform, shuffle, seed ...) is not.
+(random.random, randint, choice, uniform, shuffle, seed ...) is not. File access (``os``,
+``io``, ``pathlib``, ``open()``) and signing (``nkeys``, ``nacl``, ``hashlib`` ...) belong to
+jssync: the core gets signing as an injected callable and file contents as bytes.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ import jscore
 
 FORBIDDEN_MODULES = frozenset(
     {"socket", "select", "selectors", "ssl", "threading", "_thread", "time", "asyncio", "subprocess", "multiprocessing"}
+    # files and the operating system
+    | {"os", "io", "pathlib", "shutil", "tempfile", "glob", "fcntl", "mmap"}
+    # cryptography (signing is injected by the shell; the nkeys extra is imported by jssync)
+    | {"nkeys", "nacl", "cryptography", "hashlib", "hmac", "secrets"}
 )
 RANDOM_ALLOWED = frozenset({"Random"})
 JSCORE_DIR = Path(jscore.__file__).resolve().parent
@@ -50,6 +57,10 @@ def violations(source: str, filename: str = "<src>") -> list[str]:
             # __import__("socket") / importlib.import_module("time")
             if isinstance(func, ast.Name) and func.id == "__import__":
                 found.append(f"{filename}:{node.lineno}: __import__(...)")
+            if isinstance(func, ast.Name) and func.id == "open":
+                found.append(f"{filename}:{node.lineno}: open(...)")
+            if isinstance(func, ast.Attribute) and func.attr == "open" and isinstance(func.value, ast.Name) and func.value.id == "builtins":
+                found.append(f"{filename}:{node.lineno}: builtins.open(...)")
             if isinstance(func, ast.Attribute) and func.attr == "import_module":
                 found.append(f"{filename}:{node.lineno}: importlib.import_module(...)")
     for node in ast.walk(tree):
@@ -103,6 +114,18 @@ def test_module_is_sans_io(path: Path) -> None:
         "__import__('socket')",
         "import importlib\nimportlib.import_module('time')",
         "def f():\n    import time\n    return time.monotonic()",
+        "import os",
+        "from os import path",
+        "import io",
+        "from pathlib import Path",
+        "open('user.creds').read()",
+        "import builtins\nbuiltins.open('x')",
+        "import nkeys",
+        "from nkeys import from_seed",
+        "import nacl.signing",
+        "from nacl.signing import SigningKey",
+        "import hashlib",
+        "def sign(seed):\n    import nkeys\n    return nkeys.from_seed(seed)",
     ],
 )
 def test_scanner_detects(source: str) -> None:
@@ -114,7 +137,8 @@ def test_scanner_detects(source: str) -> None:
     [
         "import random\ndef f(rng: random.Random) -> float:\n    return rng.random()",
         "from random import Random\nr = Random(1)\nr.choice('ab')",
-        "import os\nimport re\nimport enum",
+        "import re\nimport enum\nimport base64\nimport binascii",
+        "def f(x):\n    return x.open()",
         "from .protocol import Parser",
         "from collections import deque",
         "x = {}.get('time')",

@@ -252,6 +252,7 @@ class SessionMachine(RuleBasedStateMachine):
         window = m.window
         for _ in range(n):
             entry = PendingPublish("orders.new", b"x", None, f"id{len(self.entries)}" if msg_id else None)
+            entry.watched = True  # (the ledger counts the settled entries the machine hands over)
             first = not window.pending
             token = window.next_token()
             window.add(entry, self.now, m.gen if m.connected else m.gen + 1, token)

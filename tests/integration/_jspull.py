@@ -22,7 +22,7 @@ from jscore.models import StorageType
 from jssync import Client
 from tests.integration import wait_until
 
-__all__ = ["PullEnv", "WireCounter", "Recorder", "unique", "seqs_of", "wait_until"]
+__all__ = ["PullEnv", "WireCounter", "Recorder", "Site", "site_env", "unique", "seqs_of", "wait_until"]
 
 
 def unique(prefix: str = "P") -> str:
@@ -139,3 +139,30 @@ class PullEnv:
             self.js.delete_stream(self.name)
         except (JetStreamError, NatsError, TimeoutError):
             pass
+
+
+class Site:
+    """Where a test runs: the single server (R1 stream) or the 3-node cluster (R3 stream; give
+    competing clients different nodes with ``url(i)``)."""
+
+    def __init__(self, urls: list[str], replicas: int) -> None:
+        self.urls = urls
+        self.replicas = replicas
+
+    def url(self, i: int = 0) -> str:
+        return self.urls[i % len(self.urls)]
+
+    def __repr__(self) -> str:
+        return f"<Site R{self.replicas} {self.urls}>"
+
+
+def site_env(site: Site, clients: Any) -> PullEnv:
+    """A :class:`PullEnv` on ``site`` (retried while a fresh cluster elects its meta leader)."""
+    for attempt in range(40):
+        try:
+            return PullEnv(clients(site.url(2)), clients(site.url(2)), num_replicas=site.replicas)
+        except NatsError:
+            if attempt == 39:
+                raise
+            time.sleep(0.25)
+    raise AssertionError("unreachable")

@@ -94,6 +94,9 @@ def test_fetch_no_wait(env: PullEnv) -> None:
     msgs, took = _timed(lambda: c.fetch(10, no_wait=True).messages())
     assert msgs == [] and took < 1.0
     sent = env.publish(3)
+    # (no_wait answers with what the consumer has now: the server counts stored messages into
+    # the consumer asynchronously, which a loaded machine makes visible)
+    wait_until(lambda: c.info().num_pending == 3, timeout=5, what="the consumer to see the 3 messages")
     result = c.fetch(10, no_wait=True)
     msgs, took = _timed(result.messages)
     assert [m.data for m in msgs] == sent and took < 1.0  # type: ignore[attr-defined]

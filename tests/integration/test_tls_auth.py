@@ -3,12 +3,16 @@
 Certificates come from ``tests.support.certs`` (openssl CLI; the tests skip with the reason when
 it is missing): a CA and a server certificate for ``localhost`` only (SAN DNS:localhost).
 TESTPLAN scenarios 11 (TLS downgrade by a proxy), 12 (first half: IP vs hostname), 13
-(handshake_first in both directions) and the user/password and token parts of 15.
+(handshake_first in both directions) and the user/password and token parts of 15; mutual TLS
+(client certificates, ``verify: true`` and ``verify_and_map``), also with ``tls_first``. The
+nkey and JWT parts of 15 are in test_nkeys_jwt.py.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import pickle
 import socket
 import ssl
 import time
@@ -83,7 +87,10 @@ def userpass_server(nats_server_factory: Callable[..., NatsServer]) -> NatsServe
     )
 
 
-def test_user_password(userpass_server: NatsServer, clients: Callable[..., Client]) -> None:
+def test_user_password(
+    userpass_server: NatsServer, clients: Callable[..., Client], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     events = EventLog()
     nc = clients(userpass_server.url, user=USER, password=PASSWORD, on_event=events)
     sub = nc.subscribe("auth.x")
@@ -95,9 +102,14 @@ def test_user_password(userpass_server: NatsServer, clients: Callable[..., Clien
     assert nc2.is_connected
     _assert_no_secret(
         repr(nc), repr(nc.options), str(nc.options), repr(nc2), repr(nc2.options), str(nc2.servers),
-        repr(events.events),
+        repr(events.events), caplog.text,
     )
     assert nc2.connected_url is not None and PASSWORD not in nc2.connected_url
+    for opts in (nc.options, nc2.options):  # a pickle carries no secret either
+        pickled = pickle.dumps(opts)
+        assert PASSWORD.encode() not in pickled
+        back = pickle.loads(pickled)
+        assert back.password is None and PASSWORD not in str(back.servers) and back.servers[0].endswith(host_port)
 
 
 @pytest.mark.parametrize(
@@ -110,7 +122,12 @@ def test_user_password(userpass_server: NatsServer, clients: Callable[..., Clien
         pytest.param({"url_creds": f"{USER}:{PASSWORD}-x"}, id="wrong-url-credentials"),
     ],
 )
-def test_wrong_credentials_fail_typed_and_fast(userpass_server: NatsServer, options: dict[str, Any]) -> None:
+def test_wrong_credentials_fail_typed_and_fast(
+    userpass_server: NatsServer, options: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    events = EventLog()
+    options["on_event"] = events
     url = userpass_server.url
     url_creds = options.pop("url_creds", None)
     if url_creds:
@@ -118,7 +135,7 @@ def test_wrong_credentials_fail_typed_and_fast(userpass_server: NatsServer, opti
     exc, took = _connect_error(url, **options)
     assert isinstance(exc, AuthorizationError), repr(exc)
     assert took < CONNECT_TIMEOUT + 0.5
-    _assert_no_secret(str(exc), repr(exc), *(str(c) for c in _causes(exc)))
+    _assert_no_secret(str(exc), repr(exc), *(str(c) for c in _causes(exc)), repr(events.events), caplog.text)
 
 
 @pytest.fixture
@@ -126,12 +143,15 @@ def token_server(nats_server_factory: Callable[..., NatsServer]) -> NatsServer:
     return nats_server_factory(jetstream=False, config=f'authorization {{ token: "{TOKEN}" }}')
 
 
-def test_token(token_server: NatsServer, clients: Callable[..., Client]) -> None:
-    nc = clients(token_server.url, token=TOKEN)
+def test_token(token_server: NatsServer, clients: Callable[..., Client], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    events = EventLog()
+    nc = clients(token_server.url, token=TOKEN, on_event=events)
     sub = nc.subscribe("tok")
     nc.publish("tok", b"t")
     assert collect(sub, 1)[0].data == b"t"
-    _assert_no_secret(repr(nc), repr(nc.options), str(nc.options))
+    _assert_no_secret(repr(nc), repr(nc.options), str(nc.options), repr(events.events), caplog.text)
+    assert TOKEN.encode() not in pickle.dumps(nc.options) and pickle.loads(pickle.dumps(nc.options)).token is None
     exc, took = _connect_error(token_server.url, token=TOKEN + "x")
     assert isinstance(exc, AuthorizationError) and took < CONNECT_TIMEOUT + 0.5
     _assert_no_secret(str(exc), repr(exc))
@@ -327,4 +347,86 @@ def test_tls_first_client_vs_plain_tls_server_fails_in_time(tls_server: NatsServ
     exc, took = _connect_error(_localhost(tls_server), tls=certs.client_context(), tls_first=True)
     assert isinstance(exc, NatsError), repr(exc)
     assert isinstance(exc, NoServersError) or any(isinstance(c, ssl.SSLError) for c in _causes(exc))
+    assert took < CONNECT_TIMEOUT + 0.5, f"took {took:.2f}s"
+
+
+# --------------------------------------------------------------------------- mutual TLS (client certificates)
+
+
+@pytest.fixture
+def mtls_server(nats_server_factory: Callable[..., NatsServer], certs: Certs) -> NatsServer:
+    """A server that requires a client certificate and verifies it against the test CA."""
+    return nats_server_factory(jetstream=False, config=certs.server_tls_block("verify: true"))
+
+
+def test_mutual_tls_with_a_client_certificate(
+    mtls_server: NatsServer, certs: Certs, clients: Callable[..., Client]
+) -> None:
+    nc = clients(_localhost(mtls_server), tls=certs.client_context(client_cert=True))
+    sub = nc.subscribe("mtls.x")
+    nc.publish("mtls.x", b"mutual")
+    assert collect(sub, 1)[0].data == b"mutual"
+    assert isinstance(nc._sock, ssl.SSLSocket)
+    assert nc._sock.getpeercert() is not None  # the server's certificate was verified too
+
+
+@pytest.mark.parametrize("which", ["no-certificate", "untrusted-certificate"])
+def test_mutual_tls_refuses_a_client_without_a_trusted_certificate(
+    which: str, mtls_server: NatsServer, certs: Certs
+) -> None:
+    ctx = certs.client_context() if which == "no-certificate" else certs.client_context(rogue=True)
+    exc, took = _connect_error(_localhost(mtls_server), tls=ctx)
+    _assert_certificate_refused(exc)
+    assert took < CONNECT_TIMEOUT + 0.5, f"took {took:.2f}s"
+
+
+def _assert_certificate_refused(exc: BaseException) -> None:
+    """A server refusing the client certificate answers with a TLS alert (AuthorizationError,
+    chained from the ssl.SSLError), or, depending on timing, the alert is lost to the closed
+    connection (NoServersError chained from the SSL or socket error). Never a hang."""
+    causes = _causes(exc)
+    if isinstance(exc, AuthorizationError):
+        assert isinstance(exc.__cause__, ssl.SSLError), causes
+        assert "client certificate" in str(exc)
+    else:
+        assert isinstance(exc, NoServersError), repr(exc)
+        assert any(isinstance(c, (ssl.SSLError, ConnectionError)) for c in causes[1:]), causes
+
+
+def test_mutual_tls_maps_the_certificate_to_a_user(
+    nats_server_factory: Callable[..., NatsServer], certs: Certs, clients: Callable[..., Client]
+) -> None:
+    """``verify_and_map``: the certificate's subject is the user; no password is sent."""
+    server = nats_server_factory(
+        jetstream=False,
+        config=certs.server_tls_block("verify_and_map: true")
+        + '\nauthorization { users: [ { user: "CN=jssync test client" } ] }',
+    )
+    nc = clients(_localhost(server), tls=certs.client_context(client_cert=True))
+    nc.flush(timeout=2)
+    assert nc.is_connected
+    exc, _ = _connect_error(_localhost(server), tls=certs.client_context(rogue=True))
+    _assert_certificate_refused(exc)
+
+
+@pytest.fixture
+def mtls_first_server(certs: Certs) -> Iterator[NatsServer]:
+    server = TlsFirstServer(jetstream=False, config=certs.server_tls_block("handshake_first: true\n  verify: true"))
+    server.probe_context = certs.client_context(client_cert=True)
+    try:
+        server.start(10)
+        yield server
+    finally:
+        server.cleanup()
+
+
+def test_tls_first_with_a_client_certificate(
+    mtls_first_server: NatsServer, certs: Certs, clients: Callable[..., Client]
+) -> None:
+    nc = clients(_localhost(mtls_first_server), tls=certs.client_context(client_cert=True), tls_first=True)
+    sub = nc.subscribe("tf.mtls")
+    nc.publish("tf.mtls", b"first")
+    assert collect(sub, 1)[0].data == b"first"
+    exc, took = _connect_error(_localhost(mtls_first_server), tls=certs.client_context(), tls_first=True)
+    _assert_certificate_refused(exc)
     assert took < CONNECT_TIMEOUT + 0.5, f"took {took:.2f}s"

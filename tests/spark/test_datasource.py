@@ -258,7 +258,7 @@ def test_batch_read_exact_rows_sequences_and_partitions(ds_spark: Any, nats_url:
     # (collect gives naive local datetimes: compare instants)
     want_ns = _stamps(js, names.stream)[8]
     got = by_seq[8].timestamp.astimezone(timezone.utc)
-    assert round(got.timestamp() * 1_000_000) == (want_ns + 500) // 1000  # rounded to µs, like StoredMsg.time
+    assert round(got.timestamp() * 1_000_000) == want_ns // 1000  # truncated to µs, like StoredMsg.time
 
     # A subject filter: a sparse range, read by sequence; maxRecordsPerPartition splits it.
     fdf = _reader(ds_spark, nats_url, names.stream, subjects=f"{subj}.a", maxRecordsPerPartition="100").load()

@@ -4,8 +4,13 @@
     ctx = certs.client_context()         # an SSLContext that trusts only the test CA
 
 One CA and one server certificate whose only subject alternative name is ``DNS:localhost`` (no
-``IP:127.0.0.1``), so dialing ``127.0.0.1`` must fail hostname verification. EC P-256 keys keep
-generation fast; nothing here depends on the code under test.
+``IP:127.0.0.1``), so dialing ``127.0.0.1`` must fail hostname verification. For mutual TLS, a
+client certificate signed by the same CA (``client_cert_file``, ``client_key_file``) and one
+signed by another CA the server does not trust (``rogue_cert_file``, ``rogue_key_file``). EC
+P-256 keys keep generation fast; nothing here depends on the code under test.
+
+    ctx = certs.client_context(client_cert=True)   # also presents the client certificate
+    certs.server_tls_block("verify: true")         # a server that requires and verifies one
 """
 
 from __future__ import annotations
@@ -30,12 +35,22 @@ class Certs:
     ca_key: str
     cert_file: str
     key_file: str
+    client_cert_file: str = ""
+    client_key_file: str = ""
+    rogue_cert_file: str = ""
+    rogue_key_file: str = ""
 
-    def client_context(self) -> ssl.SSLContext:
-        """A client context that verifies the server against the test CA (hostname checked)."""
+    def client_context(self, *, client_cert: bool = False, rogue: bool = False) -> ssl.SSLContext:
+        """A client context that verifies the server against the test CA (hostname checked);
+        with ``client_cert`` it presents the client certificate, with ``rogue`` the one signed
+        by an untrusted CA."""
         ctx = ssl.create_default_context(cafile=self.ca_file)
         ctx.check_hostname = True
         ctx.verify_mode = ssl.CERT_REQUIRED
+        if client_cert:
+            ctx.load_cert_chain(self.client_cert_file, self.client_key_file)
+        elif rogue:
+            ctx.load_cert_chain(self.rogue_cert_file, self.rogue_key_file)
         return ctx
 
     def server_tls_block(self, extra: str = "") -> str:
@@ -110,4 +125,40 @@ def make_certs(directory: str) -> Certs:
          "-out", cert_file, "-days", "2", "-extfile", ext_file],
         directory,
     )
-    return Certs(dir=directory, ca_file=ca_file, ca_key=ca_key, cert_file=cert_file, key_file=key_file)
+    client_cert, client_key = _leaf(exe, directory, "client", "jssync test client", ca_file, ca_key)
+    rogue_ca_key = os.path.join(directory, "rogue-ca.key")
+    rogue_ca_file = os.path.join(directory, "rogue-ca.pem")
+    _run(
+        [exe, "req", "-x509", *_EC, "-keyout", rogue_ca_key, "-out", rogue_ca_file, "-days", "2",
+         "-subj", "/CN=untrusted CA",
+         "-addext", "basicConstraints=critical,CA:TRUE",
+         "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+        directory,
+    )
+    rogue_cert, rogue_key = _leaf(exe, directory, "rogue", "jssync test client", rogue_ca_file, rogue_ca_key)
+    return Certs(
+        dir=directory, ca_file=ca_file, ca_key=ca_key, cert_file=cert_file, key_file=key_file,
+        client_cert_file=client_cert, client_key_file=client_key,
+        rogue_cert_file=rogue_cert, rogue_key_file=rogue_key,
+    )
+
+
+def _leaf(exe: str, directory: str, name: str, cn: str, ca_file: str, ca_key: str) -> tuple[str, str]:
+    """A client certificate (extendedKeyUsage clientAuth) signed by the given CA."""
+    key_file = os.path.join(directory, f"{name}.key")
+    csr_file = os.path.join(directory, f"{name}.csr")
+    cert_file = os.path.join(directory, f"{name}.pem")
+    ext_file = os.path.join(directory, f"{name}.ext")
+    _run([exe, "req", *_EC, "-keyout", key_file, "-out", csr_file, "-subj", f"/CN={cn}"], directory)
+    with open(ext_file, "w", encoding="ascii") as fh:
+        fh.write(
+            "basicConstraints=CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=clientAuth\n"
+        )
+    _run(
+        [exe, "x509", "-req", "-in", csr_file, "-CA", ca_file, "-CAkey", ca_key, "-CAcreateserial",
+         "-out", cert_file, "-days", "2", "-extfile", ext_file],
+        directory,
+    )
+    return cert_file, key_file

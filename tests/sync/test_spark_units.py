@@ -84,6 +84,87 @@ def test_nats_config_is_a_frozen_hashable_picklable_value_hiding_secrets() -> No
         NatsConfig(connect_timeout=0)
 
 
+SEED = "SUAAAAICAMCAKBQHBAEQUCYMBUHA6EARCIJRIFIWC4MBSGQ3DQOR4H776Y"  # a fixed test seed
+
+
+def test_nats_config_credential_files() -> None:
+    cfg = NatsConfig.from_options(
+        {
+            "servers": "nats://a:4222",
+            "credsFile": "/secrets/app.creds",
+            "tlsCaFile": "/etc/ca.pem",
+            "tlsCertFile": "/etc/client.pem",
+            "tlsKeyFile": "/etc/client.key",
+        }
+    )
+    assert (cfg.creds_file, cfg.tls_ca_file, cfg.tls_cert_file, cfg.tls_key_file) == (
+        "/secrets/app.creds", "/etc/ca.pem", "/etc/client.pem", "/etc/client.key",
+    )
+    assert cfg.uses_tls and not cfg.tls
+    assert "creds_file='/secrets/app.creds'" in repr(cfg)  # a path, shown; the file is read on the executor
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    seed_cfg = NatsConfig.from_options({"servers": "nats://a:4222", "nkeySeedFile": "/secrets/user.nk"})
+    assert seed_cfg.nkey_seed_file == "/secrets/user.nk" and not seed_cfg.uses_tls
+
+
+@pytest.mark.parametrize(
+    ("options", "name"),
+    [
+        ({"credsFile": SEED}, "credsFile"),
+        ({"nkeySeedFile": SEED}, "nkeySeedFile"),
+        ({"nkeySeedFile": f"  {SEED}\n"}, "nkeySeedFile"),
+        ({"credsFile": "-----BEGIN NATS USER JWT-----\neyJ0.x.y\n"}, "credsFile"),
+        ({"tlsKeyFile": "-----BEGIN PRIVATE KEY-----\nMIGH"}, "tlsKeyFile"),
+        ({"creds": "/secrets/app.creds"}, "creds"),
+        ({"nkeySeed": "/secrets/user.nk"}, "nkeySeed"),
+        ({"credsFile": "/a.creds", "nkeySeedFile": "/u.nk"}, "credsFile"),
+        ({"tlsCertFile": "/c.pem"}, "tlsCertFile"),
+    ],
+)
+def test_nats_config_refuses_secrets_where_a_path_belongs(options: dict[str, str], name: str) -> None:
+    with pytest.raises(InvalidOptionError, match=rf"^{name}[: ]") as info:
+        NatsConfig.from_options({"servers": "nats://a:4222", **options})
+    assert SEED not in str(info.value) and SEED[:20] not in str(info.value) and "MIGH" not in str(info.value)
+
+
+def test_nats_config_connects_with_files_on_the_executor(
+    nats_server_factory: Callable[..., NatsServer], tmp_path: Any
+) -> None:
+    """What an executor does with the paths: read them and connect (an nkey user; mutual TLS)."""
+    nkeys = pytest.importorskip("nkeys")
+    from tests.support.certs import make_certs
+
+    seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    public = nkeys.from_seed(bytearray(seed)).public_key.decode()
+    certs = make_certs(str(tmp_path / "certs"))
+    server = nats_server_factory(
+        jetstream=False,
+        config=certs.server_tls_block("verify: true") + f'\nauthorization {{ users: [ {{ nkey: "{public}" }} ] }}',
+    )
+    seed_file = tmp_path / "user.nk"
+    seed_file.write_bytes(seed + b"\n")
+    cfg = NatsConfig.from_options(
+        {
+            "servers": f"tls://localhost:{server.port}",
+            "nkeySeedFile": str(seed_file),
+            "tlsCaFile": certs.ca_file,
+            "tlsCertFile": certs.client_cert_file,
+            "tlsKeyFile": certs.client_key_file,
+            "connectTimeout": "2",
+        }
+    )
+    shipped = pickle.loads(pickle.dumps(cfg))
+    assert seed not in pickle.dumps(cfg)
+    nc = shipped.connect()
+    try:
+        nc.flush(timeout=2)
+        assert nc.is_connected
+    finally:
+        nc.close()
+    with pytest.raises(InvalidOptionError, match="^tls: cannot load"):
+        NatsConfig(servers=("tls://localhost:1",), tls_ca_file=str(tmp_path / "missing.pem")).connect()
+
+
 # --------------------------------------------------------------------------- WriteOptions
 
 
@@ -190,6 +271,12 @@ def fake_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[float], No
     clock = [1000.0]
     monkeypatch.setattr(NatsConfig, "connect", lambda self: FakeClient(self))
     monkeypatch.setattr(_cache, "_now", lambda: clock[0])
+    # No sweeper thread on a fake clock: it would race the test's own sweeps (the sweeper has
+    # tests of its own, on the real clock).
+    monkeypatch.setattr(_cache, "_ensure_sweeper_locked", lambda st: None)
+    sweeper = getattr(_cache._current(), "sweeper", None)
+    if sweeper is not None:
+        sweeper.join(2.0)  # (close_all woke it: it ends, the cache being empty)
 
     def advance(seconds: float) -> None:
         clock[0] += seconds

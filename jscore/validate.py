@@ -1,0 +1,36 @@
+"""Checks of the plain values every API takes (timeouts), made before anything is sent.
+
+One rule for every blocking call: a timeout is a real number of seconds, finite, and greater
+than zero (or, where the call says so, zero or ``None``); anything else is an
+:class:`~jscore.errors.InvalidOptionError` naming the option, raised before a frame is queued.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .errors import InvalidOptionError
+
+__all__ = ["check_timeout", "check_optional_timeout"]
+
+
+def check_timeout(value: object, name: str = "timeout") -> float:
+    """``value`` as float seconds if it is a finite number > 0, else :class:`InvalidOptionError`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidOptionError(f"{name} must be a number of seconds, got {value!r}")
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise InvalidOptionError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return seconds
+
+
+def check_optional_timeout(value: object, name: str = "timeout") -> float | None:
+    """Like :func:`check_timeout`, but ``None`` (wait for ever) and ``0`` (do not wait) pass."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidOptionError(f"{name} must be a number of seconds or None, got {value!r}")
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise InvalidOptionError(f"{name} must be a finite number of seconds >= 0 or None, got {value!r}")
+    return seconds
