@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import random
 import re
 from datetime import datetime
 from typing import Any, Final
@@ -40,6 +39,7 @@ from .models import (
     StorageType,
     StreamConfig,
 )
+from .ordered import ChoiceSource
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -140,7 +140,7 @@ def all_meta_subject(bucket: str) -> str:
     return f"$O.{bucket}.M.>"
 
 
-def new_nuid(rng: random.Random) -> str:
+def new_nuid(rng: ChoiceSource) -> str:
     """A fresh 22-character id for an object's chunk subject (the NUID alphabet and length)."""
     return "".join(rng.choice(_NUID_ALPHABET) for _ in range(22))
 
