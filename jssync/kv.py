@@ -70,25 +70,8 @@ def _cas_error(exc: WrongLastSequenceError, cls: type[KeyWrongLastSequenceError]
 # =========================================================================== bucket management
 
 
-def bucket_fields(
-    description: str | None = None,
-    history: int = 1,
-    ttl: float | None = None,
-    max_value_size: int | None = None,
-    max_bytes: int | None = None,
-    storage: StorageType | str = StorageType.FILE,
-    replicas: int = 1,
-    limit_marker_ttl: float | None = None,
-    metadata: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    return dict(
-        description=description, history=history, ttl=ttl, max_value_size=max_value_size, max_bytes=max_bytes,
-        storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl, metadata=metadata,
-    )
-
-
 def create_key_value(js: JetStream, bucket: str, action: str, timeout: float | None, **fields: Any) -> KeyValue:
-    cfg = K.bucket_config(bucket, **bucket_fields(**fields))
+    cfg = K.bucket_config(bucket, **fields)  # (the core checks and builds the bucket's options)
     if action == "create":
         stream = js.create_stream(cfg, timeout=timeout)
     elif action == "update":
