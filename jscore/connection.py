@@ -163,6 +163,8 @@ def parse_server_url(url: str, *, discovered: bool = False, default_scheme: str 
     host = parts.hostname
     if not host:
         raise InvalidOptionError(f"server URL {_redact(url)!r} has no host")
+    if not host.isprintable() or any(c.isspace() for c in host):
+        raise InvalidOptionError(f"server URL {_redact(url)!r}: the host has control or space characters")
     if host.endswith(".") and len(host) > 1:
         host = host[:-1]
     if parts.path not in ("", "/") or parts.query or parts.fragment:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import pytest
 
 from jscore import events as ev
-from jscore.connection import ConnectOptions, Connection, State
+from jscore.connection import ConnectOptions, Connection, State, parse_server_url
 from jscore.errors import (
     AuthorizationError,
     BadHeaderError,
@@ -1273,3 +1273,10 @@ def test_permission_violation_ends_only_the_subscription_it_names() -> None:
     events = h.send(b"-ERR 'Permissions Violation for Subscription to \"orders\" using queue \"workers\"'\r\n")
     assert [e.sid for e in of(events, ev.SubscriptionEnded)] == [grouped]
     assert h.conn.has_subscription(other_group) and h.conn.is_connected
+
+
+@pytest.mark.parametrize("url", ["0\x0c0", "nats://a\x00b:4222", "a b:4222", "a\x7fb:4222"])
+def test_a_host_with_control_or_space_characters_is_refused(url: str) -> None:
+    """(found by the INFO fuzz target's hypothesis test: a gossiped '0\\x0c0' entered the pool)"""
+    with pytest.raises(InvalidOptionError):
+        parse_server_url(url, discovered=True)
