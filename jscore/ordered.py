@@ -69,6 +69,7 @@ from .errors import (
     ConnectionLostError,
     ConsumerDeletedError,
     ConsumerNotFoundError,
+    FetchTimeoutError,
     InsufficientResourcesError,
     InvalidOptionError,
     JetStreamError,
@@ -345,8 +346,9 @@ def reset_reason_for(error: BaseException) -> ResetReason | None:
     (a fetch's own refusal, a bad request), and the operation ends with it.
 
     Missed heartbeats (:class:`NoHeartbeatError`), a 503 to a pull or any no-responders
-    answer, a deleted or vanished consumer (``409 Consumer Deleted``, consumer not found) and
-    a lost connection all break the chain: messages may have been lost, or the consumer is gone.
+    answer, a deleted or vanished consumer (``409 Consumer Deleted``, consumer not found), a
+    lost connection and a pull the server did not end in time (:class:`FetchTimeoutError`) all
+    break the chain: messages may have been lost, or the consumer is gone.
     """
     if isinstance(error, NoHeartbeatError):
         return ResetReason.HEARTBEAT_MISSED
@@ -356,6 +358,9 @@ def reset_reason_for(error: BaseException) -> ResetReason | None:
         return ResetReason.CONSUMER_DELETED
     if isinstance(error, ConnectionLostError):
         return ResetReason.RECONNECT
+    if isinstance(error, FetchTimeoutError):
+        # The server did not end the pull in time: messages may still be on their way to it.
+        return ResetReason.FETCH_INTERRUPTED
     return None
 
 

@@ -49,6 +49,7 @@ import msgspec
 from . import status as _status
 from .errors import (
     ConnectionLostError,
+    FetchTimeoutError,
     InvalidOptionError,
     LocalProtocolError,
     NatsError,
@@ -85,6 +86,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGES",
     "DEFAULT_EXPIRES",
     "NO_WAIT_TIMEOUT",
+    "NO_WAIT_SILENCE",
     "ConsumeOptions",
     "FetchOptions",
     "resolve_consume_options",
@@ -316,7 +318,11 @@ FETCH_DEFAULT_HEARTBEAT: Final = 5.0
 FETCH_HEARTBEAT_FROM: Final = 10.0  # fetch uses heartbeats by default only from this expires on
 NO_WAIT_TIMEOUT: Final = 5.0
 """Client timer of a no_wait fetch without expires: the server answers at once (messages, then
-404/408), so this only guards against a lost answer."""
+404/408), so this only guards against a lost answer (see :data:`NO_WAIT_SILENCE`)."""
+NO_WAIT_SILENCE: Final = 1.0
+"""A no_wait fetch without expires ends with :class:`FetchTimeoutError` when nothing at all
+(message or status) came for this long: a live server answers such a pull at once and without
+pauses, so a second of silence means the server or the link stopped answering."""
 DEFAULT_NO_RESPONDERS_LIMIT: Final = 3
 DEFAULT_NO_RESPONDERS_BACKOFF: Final = 1.0
 MAX_NO_RESPONDERS_BACKOFF: Final = 10.0
@@ -751,8 +757,9 @@ _SERVER_ENDS: Final = frozenset({FetchEnd.BATCH_COMPLETE, FetchEnd.STATUS})
 
 class FetchFinished(msgspec.Struct, frozen=True, kw_only=True):
     """The fetch is over: ``delivered`` messages came; ``error`` None is a normal end (batch
-    or bytes reached, a 404/408, the client timer); ``status`` is the code that ended it, if
-    any; ``end`` says what ended it. ``next()`` raises a TimeoutError subclass when nothing
+    or bytes reached, a 404/408, a stop); a silent server (client timer, missed heartbeats) or
+    a lost connection is an error; ``status`` is the code that ended it, if any; ``end`` says
+    what ended it. ``next()`` raises a TimeoutError subclass when nothing
     was delivered and there is no error: that is the transport's call."""
 
     error: NatsError | None
@@ -863,9 +870,11 @@ class FetchMachine(_Machine):
 
     Ends when the batch count or byte total is reached, on a status that ends a pull (see
     the table's fetch column), when 2 x heartbeat pass without any message
-    (:class:`NoHeartbeatError`), on its client timer (``client_timeout`` after the start: no
-    error, with whatever arrived), on :class:`ConnectionLost` or :class:`Stop`. After the end
-    nothing more is delivered; late messages are counted in ``ignored``.
+    (:class:`NoHeartbeatError`), on its client timer (``client_timeout`` after the start, or
+    :data:`NO_WAIT_SILENCE` without any answer to a no_wait pull without expires:
+    :class:`FetchTimeoutError`, with whatever arrived), on :class:`ConnectionLost`
+    (:class:`ConnectionLostError`) or :class:`Stop`. After the end nothing more is delivered;
+    late messages are counted in ``ignored``.
     """
 
     def __init__(self, options: FetchOptions, now: float) -> None:
@@ -876,7 +885,13 @@ class FetchMachine(_Machine):
         self.pin_id = options.pin_id
         self._track_pin = options.group is not None
         self._deadline = now + options.client_timeout
+        # Silence ends the fetch: 2 x heartbeat with heartbeats; a no_wait pull without expires
+        # (answered at once, without pauses) after NO_WAIT_SILENCE.
         self._hb_window = 2 * options.heartbeat
+        if options.expires == 0 and not self._hb_window:
+            self._silence = min(NO_WAIT_SILENCE, options.client_timeout)
+        else:
+            self._silence = 0.0
         self._last_seen = now
         body = build_pull_request(
             batch=options.batch,
@@ -904,6 +919,8 @@ class FetchMachine(_Machine):
             return None
         if self._hb_window:
             return min(self._deadline, self._last_seen + self._hb_window)
+        if self._silence:
+            return min(self._deadline, self._last_seen + self._silence)
         return self._deadline
 
     def handle_timeout(self, now: float) -> None:
@@ -911,8 +928,22 @@ class FetchMachine(_Machine):
         try:
             if self.state is _FINISHED:
                 return
+            opts = self.options
             if now >= self._deadline:
-                self._finish(None, "client timer expired", None, FetchEnd.CLIENT_TIMER)
+                # The server ends every pull itself (408 at expires, 404 for no_wait), so a
+                # client timer that runs out means a silent server or a lost answer: say so.
+                what = f"expires {opts.expires:g} s" if opts.expires else "no_wait"
+                err = FetchTimeoutError(
+                    f"the server did not end the pull ({what}) within {opts.client_timeout:g} s; "
+                    f"{self.delivered} message(s) arrived"
+                )
+                self._finish(err, "client timer expired", None, FetchEnd.CLIENT_TIMER)
+            elif self._silence and now >= self._last_seen + self._silence:
+                err = FetchTimeoutError(
+                    f"no answer to the no_wait pull for {now - self._last_seen:.3f} s "
+                    f"(a server answers one at once); {self.delivered} message(s) arrived"
+                )
+                self._finish(err, "no answer", None, FetchEnd.CLIENT_TIMER)
             elif self._hb_window and now >= self._last_seen + self._hb_window:
                 err = NoHeartbeatError(
                     f"no heartbeat or message for {now - self._last_seen:.3f} s "
