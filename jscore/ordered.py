@@ -833,7 +833,8 @@ class OrderedMachine:
             # An ordered consumer has no priority group, and a 503 to a pull breaks the chain
             # at once (the reset's backoff paces the retries, not the consume's).
             self._consume = msgspec.structs.replace(
-                options, group=None, pin_id=None, no_responders_limit=1, no_responders_check=False
+                options, group=None, pin_id=None, no_responders_limit=1, no_responders_check=False,
+                heartbeat_check=False,
             )
         else:
             raise InvalidOptionError(f"options must be FetchOptions or ConsumeOptions, got {type(options).__name__}")
