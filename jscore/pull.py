@@ -690,8 +690,10 @@ class ConsumerPresent(msgspec.Struct, frozen=True, kw_only=True):
     """Consume, the other answer to :class:`ConsumerCheckRequested`: the consumer exists. After
     a check for a late heartbeat, if still nothing came since the check was asked, the server
     has lost the pulls (a consumer leader that changed without a ``409 Leadership Change``,
-    for one): pending is reset and the pulls are sent again at once (:class:`HeartbeatMissed`
-    tells the application). Otherwise, and after a 503 check, nothing changes."""
+    for one): pending is reset and the pulls are sent again at once (no notification: if
+    nothing comes of it either, the watchdog reports :class:`HeartbeatMissed` at 2 x
+    heartbeat after the last message as usual). Otherwise, and after a 503 check, nothing
+    changes."""
 
 
 PullCommand = Union[
@@ -742,10 +744,8 @@ class FlowControlReplyRequested(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class HeartbeatMissed(msgspec.Struct, frozen=True, kw_only=True):
-    """Consume: nothing arrived for 2 x idle_heartbeat while a pull was outstanding, or (with
-    ``heartbeat_check``) for one interval and the consumer turned out to exist. Not terminal:
-    pending was reset and a fresh pull sent. ``idle_for`` is how long nothing came; ``error``
-    is for an error callback."""
+    """Consume: nothing arrived for 2 x idle_heartbeat while a pull was outstanding. Not
+    terminal: pending was reset and a fresh pull sent. ``error`` is for an error callback."""
 
     idle_for: float
     error: NoHeartbeatError
@@ -1107,8 +1107,9 @@ class ConsumeMachine(_Machine):
     slow handler are not an outage). With ``heartbeat_check``, a heartbeat late by one interval
     (:func:`heartbeat_check_after`) asks the transport about the consumer first
     (:class:`ConsumerCheckRequested`, once per silence): if it exists and still nothing came,
-    the same recovery happens at once; a consumer leader that moved without telling its pulls
-    is recovered in about one heartbeat instead of two.
+    pending is reset and the pulls are sent again at once (the watchdog still counts from the
+    last message); a consumer leader that moved without telling its pulls is recovered in
+    about one heartbeat instead of two.
 
     Recovery (ADR-37). A consume ends only on 409 Consumer Deleted, 409 Consumer is push based,
     400 Bad Request (the same pull would be refused again), a closed connection or K 503s (see
@@ -1155,6 +1156,7 @@ class ConsumeMachine(_Machine):
         # the _last_seen it was asked for (None: not asked since the last message).
         self._check_after = heartbeat_check_after(options.heartbeat) if options.heartbeat_check else 0.0
         self._checked_at: float | None = None
+        self._check_open = False  # a check was asked and not yet acted on
         self._maybe_pull(now)
 
     @property
@@ -1215,6 +1217,7 @@ class ConsumeMachine(_Machine):
                     # A heartbeat is late by one interval: has the consumer lost our pulls (a
                     # leader change the server did not announce) or is it gone?
                     self._checked_at = last
+                    self._check_open = True
                     err = NoHeartbeatError(
                         f"no heartbeat or message for {now - last:.3f} s (idle_heartbeat {self.options.heartbeat} s)"
                     )
@@ -1309,11 +1312,18 @@ class ConsumeMachine(_Machine):
                         self.state is _RUNNING
                         and self.connected
                         and self.outstanding
-                        and self._checked_at is not None
+                        and self._check_open
                         and self._checked_at == self._last_seen
                     ):
-                        self._heartbeat_missed(now)  # still nothing since the check: re-pull
+                        self._check_open = False
+                        # Still nothing since the check: the server lost our pulls. Pull again
+                        # at once; the watchdog keeps counting from the last message (so a
+                        # server that really went silent is still reported at 2 x heartbeat).
+                        last = self._last_seen
+                        self.pending_messages = self.pending_bytes = 0
+                        self._wait_take = False
                         self._maybe_pull(now)
+                        self._last_seen = last
                 case AckNext(reply=reply):
                     self._ack_next(reply, now)
                 case _:

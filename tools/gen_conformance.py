@@ -338,8 +338,9 @@ def render() -> str:
         "resets pending and pulls again. A reconnect resets pending and pulls at once. With "
         "`heartbeat_check` (what jssync's consume uses), a heartbeat late by one interval (idle_heartbeat "
         "+ a quarter of it, at most + 1 s) emits `ConsumerCheckRequested` first: the transport answers "
-        "`ConsumerPresent` (still nothing since: the same recovery at once, e.g. a consumer leader that "
-        "moved without a 409 Leadership Change reaching the pulls), `ConsumerGone` (the consume ends) or "
+        "`ConsumerPresent` (still nothing since: pending reset and a new pull at once, the watchdog still "
+        "counting from the last message; e.g. a consumer leader that moved without a 409 Leadership "
+        "Change reaching the pulls), `ConsumerGone` (the consume ends) or "
         "nothing (the watchdog stays in charge).",
         "- Recovery (ADR-37): a consume ends only on `409 Consumer Deleted`, `409 Consumer is push "
         "based`, `400 Bad Request` (the same pull would be refused again; ADR-37 lists it with the "

@@ -219,8 +219,8 @@ def test_a_step_down_the_pulls_are_not_told_of_is_recovered_in_one_heartbeat(
     """The same step-down, but the 409 Leadership Change never reaches the client (the proxy
     drops it, as when the new leader did not know of our pull): the server says nothing. A
     heartbeat late by one interval makes the client ask for the consumer's info; it exists, so
-    the consume pulls again at once: recovered after about 1.25 x heartbeat of silence, not
-    after the 2 x heartbeat watchdog."""
+    the consume pulls again at once: recovered after about 1.25 x heartbeat of silence, before
+    the 2 x heartbeat watchdog would report the heartbeats missed."""
     hb = 2.0
     _, ctl, stream, subject = _setup(nats_cluster, clients)
     proxy = fault_proxy(nats_cluster.servers[_leader_index(nats_cluster, ctl, stream)].url)
@@ -242,10 +242,9 @@ def test_a_step_down_the_pulls_are_not_told_of_is_recovered_in_one_heartbeat(
         cc.stop()
     assert cc.wait(1.0)
     assert told.matched >= 1, "the proxy saw no 409 Leadership Change to drop"
-    missed = log.of(P.HeartbeatMissed)
-    assert missed, "recovered without noticing the silence?"
     # recovered by the check (one interval late), not by the 2 x heartbeat watchdog
-    assert missed[0].idle_for < 2 * hb, [m.idle_for for m in missed]
+    missed = log.of(P.HeartbeatMissed)
+    assert not missed, [m.idle_for for m in missed]
     assert cc.error is None and not log.of(P.ConsumeTerminated)
 
 
