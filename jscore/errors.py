@@ -79,6 +79,7 @@ __all__ = [
     "PubAckTimeoutError",
     "ConsumerDeletedError",
     "NoHeartbeatError",
+    "FetchTimeoutError",
     "PinIdMismatchError",
     "NoConsumerInfoError",
     "MsgAlreadyAckedError",
@@ -448,6 +449,13 @@ class ConsumerDeletedError(JetStreamError):
 
 class NoHeartbeatError(JetStreamError, TimeoutError):
     """Idle heartbeats stopped arriving for two heartbeat intervals."""
+
+
+class FetchTimeoutError(JetStreamError, TimeoutError):
+    """A fetch's pull was not ended by the server in time: nothing (not even its ``408`` or
+    ``404``) came by ``expires`` plus a grace, or a ``no_wait`` pull got no answer at all within
+    a second. The server or the link is silent; the messages that did arrive are kept. Also a
+    :class:`TimeoutError`."""
 
 
 class PinIdMismatchError(JetStreamError):

@@ -248,7 +248,8 @@ class _ConsumeDriver(_Driver):
     def _on_notification(self, e: Any) -> None:
         cls = e.__class__
         if cls is P.ConsumerCheckRequested:
-            # K 503s in a row: does the consumer still exist? (asked off the I/O thread)
+            # K 503s in a row, or a heartbeat late by one interval: does the consumer still
+            # exist? (asked off the I/O thread; the machine decides what the answer means)
             if not self._checking:
                 self._checking = True
                 threading.Thread(target=self._verify, args=(e.error,), name="jssync-consume-check",
@@ -258,19 +259,20 @@ class _ConsumeDriver(_Driver):
 
     def _verify(self, cause: BaseException) -> None:
         """Off the I/O thread: does the consumer still exist? (ADR-37 allows the check.)"""
-        gone: NatsError | None = None
+        answer: P.ConsumerGone | P.ConsumerPresent | None = None
         try:
             self._consumer.info(timeout=2.0)
+            answer = P.ConsumerPresent()
         except (ConsumerNotFoundError, StreamNotFoundError) as exc:
-            gone = exc
-            gone.__cause__ = cause
+            exc.__cause__ = cause
+            answer = P.ConsumerGone(error=exc)
         except NatsError:
-            pass  # JetStream unreachable or electing: keep retrying
+            pass  # JetStream unreachable or electing: the machine keeps retrying / watching
         shell = self._shell
         with shell.lock:
             self._checking = False
-            if gone is not None:
-                self._command(P.ConsumerGone(error=gone))
+            if answer is not None:
+                self._command(answer)
 
     def took(self, count: int, size: int) -> None:
         """A reader took ``count`` messages of ``size`` bytes from the queue (any thread);
@@ -324,7 +326,9 @@ def _consume_options(consumer: Consumer, **options: Any) -> P.ConsumeOptions:
     options["expires"] = P.consume_expires(config, consumer.name, options.get("expires"))
     # After K 503s in a row the machine asks us to check the consumer (_ConsumeDriver._verify)
     # instead of ending: a cluster without quorum or electing a leader is not a lost consumer.
-    return P.resolve_consume_options(no_responders_check=True, **options)
+    # A heartbeat late by one interval is checked the same way (a leader change the server
+    # did not announce to our pulls is recovered in one heartbeat, not two).
+    return P.resolve_consume_options(no_responders_check=True, heartbeat_check=True, **options)
 
 
 class _Taker:
