@@ -1,7 +1,8 @@
 """The key-value store's rules, without I/O: the layout shared with the ``nats`` CLI, nats.go
 and nats-py, key and bucket validation, the bucket's stream configuration, entries decoded
 from stored or delivered messages, the decisions of ``create`` and ``purge_deletes``, and the
-watcher's logic over an ordered consumer's deliveries.
+watcher's decoding of an ordered consumer's deliveries (the watcher itself is
+:mod:`jscore.watch`).
 
 The layout: bucket ``B`` is the stream ``KV_B`` capturing ``$KV.B.>``; key ``k`` is stored on
 the subject ``$KV.B.k``. A put is a plain message; a delete is an empty message with the header
@@ -21,12 +22,11 @@ from typing import Final
 
 import msgspec
 
-from .errors import InvalidKeyError, InvalidOptionError
+from .errors import InvalidBucketNameError, InvalidKeyError, InvalidOptionError
 from .headers import Headers
 from .models import DiscardPolicy, StorageType, StreamConfig, StreamInfo
-from .ordered import OrderedConsumerCreated, OrderedMachine, OrderedMessageDelivered
-from .protocol import MsgReceived
-from .pull import MessagesTaken
+from .watch import WatchChanged, WatchMachine, WatchOptions
+from .watch import WatchState as _WatchState
 
 __all__ = [
     "KV_OPERATION",
@@ -38,7 +38,7 @@ __all__ = [
     "WatchOptions",
     "WatchState",
     "WatchMachine",
-    "KeyValueChanged",
+    "WatchChanged",
     "check_bucket",
     "check_key",
     "check_filter",
@@ -108,9 +108,10 @@ class KeyValueStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def check_bucket(bucket: object) -> str:
-    """The bucket name, or :class:`InvalidOptionError`: 1+ of ``A-Z a-z 0-9 _ -``."""
+    """The bucket name, or :class:`InvalidBucketNameError` (an InvalidOptionError): 1+ of
+    ``A-Z a-z 0-9 _ -``."""
     if not isinstance(bucket, str) or not _BUCKET_RE.fullmatch(bucket):
-        raise InvalidOptionError(f"invalid bucket name {str(bucket)[:64]!r}: 1+ characters of A-Z a-z 0-9 _ -")
+        raise InvalidBucketNameError(f"invalid bucket name {str(bucket)[:64]!r}: 1+ characters of A-Z a-z 0-9 _ -")
     return bucket
 
 
@@ -309,148 +310,27 @@ def purge_keep(entry: KeyValueEntry, older_than: float | None, now_wall: datetim
 # --------------------------------------------------------------------------- the watcher
 
 
-class WatchOptions(msgspec.Struct, frozen=True, kw_only=True):
-    include_history: bool = False
-    ignore_deletes: bool = False
-    meta_only: bool = False
-    updates_only: bool = False
+class WatchState(_WatchState[KeyValueEntry]):
+    """The key-value watcher's decisions (see :class:`jscore.watch.WatchState`): each delivery
+    is an entry of ``bucket`` (without its value with ``meta_only``); deletes and purges are
+    left out with ``ignore_deletes``."""
 
-    def __post_init__(self) -> None:
-        if self.include_history and self.updates_only:
-            raise InvalidOptionError("include_history and updates_only exclude each other")
-
-    @property
-    def deliver_policy(self) -> str:
-        """The ordered consumer's deliver policy for these options."""
-        if self.updates_only:
-            return "new"
-        return "all" if self.include_history else "last_per_subject"
-
-
-class WatchState:
-    """The watcher's decisions over the ordered consumer's deliveries (pure).
-
-    Feed it :meth:`created` with the ``num_pending`` of each server consumer the ordered
-    consumer makes, and :meth:`delivered` with each message; each returns what the application
-    gets, in order: entries and, once, ``None`` when the initial values are all delivered (at
-    once when there are none; never with ``updates_only``). Deletes and purges are left out with
-    ``ignore_deletes``. The ordered consumer already guarantees each message once and in order,
-    across its resets and reconnects; a revision at or below the last one seen is dropped here
-    as a second guard.
-    """
-
-    __slots__ = ("bucket", "options", "initialized", "last_revision")
+    __slots__ = ("bucket",)
 
     def __init__(self, bucket: str, options: WatchOptions) -> None:
+        super().__init__(options)
         self.bucket = bucket
-        self.options = options
-        self.initialized = options.updates_only
-        self.last_revision = 0
 
-    def created(self, num_pending: int) -> list[KeyValueEntry | None]:
-        """A server consumer was created with ``num_pending`` messages ahead of it."""
-        if not self.initialized and num_pending == 0:
-            self.initialized = True
-            return [None]
-        return []
-
-    def delivered(
-        self,
-        subject: str,
-        data: bytes,
-        headers: Headers | None,
-        stream_seq: int,
-        timestamp: datetime,
+    def item(
+        self, subject: str, data: bytes, headers: Headers | None, stream_seq: int, timestamp: datetime,
         num_pending: int,
-    ) -> list[KeyValueEntry | None]:
-        out: list[KeyValueEntry | None] = []
-        if stream_seq > self.last_revision:
-            self.last_revision = stream_seq
-            entry = entry_from_delivery(self.bucket, subject, b"" if self.options.meta_only else data, headers,
-                                        stream_seq, timestamp, num_pending)
-            if not (self.options.ignore_deletes and entry.operation is not KeyValueOp.PUT):
-                out.append(entry)
-        if not self.initialized and num_pending == 0:
-            self.initialized = True
-            out.append(None)
-        return out
-
-
-class KeyValueChanged(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """What a watcher hands to its application: an entry, or ``None`` once the initial values
-    are all delivered. ``size`` is the delivered message's size, reported back with
-    ``MessagesTaken`` once the application took it (0 for the marker)."""
-
-    entry: KeyValueEntry | None
-    size: int = 0
-
-
-class WatchMachine:
-    """A key-value watcher as a session sub-machine: the ordered consumer's machine, whose
-    deliveries go through :class:`WatchState` on the I/O thread.
-
-    Everything but the events is the ordered machine's (creates, pulls, resets, reconnects,
-    timers). Its ``OrderedMessageDelivered`` become :class:`KeyValueChanged` (and the marker);
-    its ``OrderedConsumerCreated`` may become the marker; every other event passes through.
-    A delivery the application never sees (a delete left out by ``ignore_deletes``, a repeated
-    revision) is reported taken at once, so the consume's buffer accounting stays right; the
-    application reports the others (``MessagesTaken``) as it takes them.
-    """
-
-    __slots__ = ("inner", "state", "_now")
-
-    def __init__(self, inner: OrderedMachine, state: WatchState, now: float) -> None:
-        self.inner = inner
-        self.state = state
-        self._now = now
-
-    @property
-    def finished(self) -> bool:
-        return self.inner.finished
-
-    def receive_msg(self, msg: MsgReceived, now: float) -> None:
-        self._now = now
-        self.inner.receive_msg(msg, now)
-
-    def handle(self, command: object, now: float) -> None:
-        self._now = now
-        self.inner.handle(command, now)
-
-    def handle_timeout(self, now: float) -> None:
-        self._now = now
-        self.inner.handle_timeout(now)
-
-    def next_deadline(self) -> float | None:
-        return self.inner.next_deadline()
-
-    def drain_events(self) -> list[object]:
-        out: list[object] = []
-        state = self.state
-        while True:
-            events = self.inner.drain_events()
-            if not events:
-                return out
-            unseen = unseen_size = 0
-            for e in events:
-                cls = e.__class__
-                if cls is OrderedMessageDelivered:
-                    m = e.msg
-                    md = e.metadata
-                    items = state.delivered(
-                        m.subject, m.data, m.headers, md.sequence.stream, md.timestamp, md.num_pending
-                    )
-                    if not any(i is not None for i in items):
-                        unseen += 1
-                        unseen_size += m.size
-                    for i in items:
-                        out.append(KeyValueChanged(entry=i, size=m.size if i is not None else 0))
-                elif cls is OrderedConsumerCreated:
-                    out.extend(KeyValueChanged(entry=None) for _ in state.created(e.num_pending))
-                else:
-                    out.append(e)
-            if not unseen or self.inner.finished:
-                return out
-            self.inner.handle(MessagesTaken(count=unseen, size=unseen_size), self._now)
+    ) -> KeyValueEntry | None:
+        options = self.options
+        entry = entry_from_delivery(self.bucket, subject, b"" if options.meta_only else data, headers,
+                                    stream_seq, timestamp, num_pending)
+        if options.ignore_deletes and entry.operation is not KeyValueOp.PUT:
+            return None
+        return entry
 
 
 def snapshot_entries(bucket: str, entries: Sequence[KeyValueEntry]) -> dict[str, KeyValueEntry]:

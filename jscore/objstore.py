@@ -39,7 +39,9 @@ from .models import (
     StorageType,
     StreamConfig,
 )
+from .headers import Headers
 from .ordered import ChoiceSource
+from .watch import WatchOptions, WatchState
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -67,6 +69,7 @@ __all__ = [
     "decode_info",
     "deleted_marker",
     "max_in_flight",
+    "ObjectWatchState",
 ]
 
 DEFAULT_CHUNK_SIZE: Final = 128 * 1024
@@ -361,3 +364,34 @@ class ChunkReader:
     def finish(self, sha256: bytes) -> None:
         """At the end: the digest of every byte read must be the recorded one."""
         check_digest(self.info.digest, sha256)
+
+
+# =========================================================================== watching
+
+
+class ObjectWatchState(WatchState[ObjectInfo]):
+    """The object-store watcher's decisions (see :class:`jscore.watch.WatchState`) over the
+    deliveries of ``$O.<bucket>.M.>``: each is an object's metadata, its ``mtime`` the
+    message's time. Deleted markers are left out with ``ignore_deletes``; a message that is not
+    an object description is left out too (as nats.go does), noted in ``skipped``, and still
+    counts for the "caught up" marker."""
+
+    __slots__ = ()
+
+    def __init__(self, options: WatchOptions) -> None:
+        if options.meta_only:
+            raise InvalidOptionError("an object-store watch has no meta_only option")
+        super().__init__(options)
+
+    def item(
+        self, subject: str, data: bytes, headers: Headers | None, stream_seq: int, timestamp: datetime,
+        num_pending: int,
+    ) -> ObjectInfo | None:
+        try:
+            info = decode_info(data, timestamp)
+        except BadObjectMetaError as exc:
+            self.skipped.append((subject, str(exc)))
+            return None
+        if self.options.ignore_deletes and info.deleted:
+            return None
+        return info
