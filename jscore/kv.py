@@ -18,13 +18,14 @@ import enum
 import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
-from typing import Final
+from typing import Final, TypedDict
 
 import msgspec
 
 from .errors import InvalidBucketNameError, InvalidKeyError, InvalidOptionError
 from .headers import Headers
-from .models import DiscardPolicy, StorageType, StreamConfig, StreamInfo
+from .models import Compression, DiscardPolicy, Placement, StorageType, StreamConfig, StreamInfo, check_placement
+from .validate import check_bool
 from .watch import WatchChanged, WatchMachine, WatchOptions
 from .watch import WatchState as _WatchState
 
@@ -46,6 +47,7 @@ __all__ = [
     "key_subject",
     "filter_subjects",
     "bucket_config",
+    "KeyValueFields",
     "entry_from_stored",
     "entry_from_delivery",
     "operation_of",
@@ -175,12 +177,17 @@ def bucket_config(
     replicas: int = 1,
     limit_marker_ttl: float | None = None,
     metadata: dict[str, str] | None = None,
+    compression: bool = False,
+    placement: Placement | None = None,
 ) -> StreamConfig:
     """The stream configuration of a bucket, as the ``nats`` CLI and nats.go make it: history as
     ``max_msgs_per_subject`` (1..64), ``ttl`` as ``max_age``, a duplicate window of two minutes
     or the TTL when shorter, direct get and rollup headers allowed, deletes through the API
-    denied, discard new; ``limit_marker_ttl`` turns on per-message TTL and limit markers."""
+    denied, discard new; ``limit_marker_ttl`` turns on per-message TTL and limit markers;
+    ``compression`` is s2 on the server; ``placement`` a cluster and/or server tags."""
     check_bucket(bucket)
+    check_bool(compression, "compression")
+    check_placement(placement)
     if isinstance(history, bool) or not isinstance(history, int) or not 1 <= history <= MAX_HISTORY:
         raise InvalidOptionError(f"history must be an int in 1..{MAX_HISTORY}, not {history!r}")
     if replicas < 1:
@@ -213,7 +220,26 @@ def bucket_config(
         allow_msg_ttl=True if limit_marker_ttl else None,
         subject_delete_marker_ttl=float(limit_marker_ttl) if limit_marker_ttl else None,
         metadata=metadata,
+        compression=Compression.S2 if compression else None,
+        placement=placement,
     )
+
+
+class KeyValueFields(TypedDict, total=False):
+    """The keywords of a bucket's configuration (:func:`bucket_config`), for the typed
+    ``**fields`` of ``create_key_value`` / ``update_key_value`` / ``create_or_update_key_value``."""
+
+    description: str | None
+    history: int
+    ttl: float | None
+    max_value_size: int | None
+    max_bytes: int | None
+    storage: StorageType | str
+    replicas: int
+    limit_marker_ttl: float | None
+    metadata: dict[str, str] | None
+    compression: bool
+    placement: Placement | None
 
 
 def status_from_info(bucket: str, info: StreamInfo) -> KeyValueStatus:

@@ -18,7 +18,7 @@ import base64
 import binascii
 import re
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 import msgspec
 
@@ -36,11 +36,14 @@ from .models import (
     ObjectLink,
     ObjectMetaOptions,
     ObjectStoreStatus,
+    Placement,
     StorageType,
     StreamConfig,
 )
 from .headers import Headers
+from .models import check_placement
 from .ordered import ChoiceSource
+from .validate import check_bool
 from .watch import WatchOptions, WatchState
 
 __all__ = [
@@ -61,6 +64,7 @@ __all__ = [
     "all_chunks_subject",
     "all_meta_subject",
     "bucket_config",
+    "ObjectStoreFields",
     "new_nuid",
     "digest_string",
     "digest_bytes",
@@ -158,9 +162,12 @@ def bucket_config(
     replicas: int = 1,
     metadata: dict[str, str] | None = None,
     compression: bool = False,
+    placement: Placement | None = None,
 ) -> StreamConfig:
     """The stream config of a bucket, as nats.go and nats-py make it."""
     check_bucket(bucket)
+    check_bool(compression, "compression")
+    check_placement(placement)
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl < 0):
         raise InvalidOptionError(f"ttl must be seconds ≥ 0, got {ttl!r}")
     if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= 5:
@@ -184,7 +191,23 @@ def bucket_config(
         allow_direct=True,
         metadata=metadata,
         compression=Compression.S2 if compression else None,
+        placement=placement,
     )
+
+
+class ObjectStoreFields(TypedDict, total=False):
+    """The keywords of a bucket's configuration (:func:`bucket_config`), for the typed
+    ``**fields`` of ``create_object_store`` / ``update_object_store`` /
+    ``create_or_update_object_store``."""
+
+    description: str | None
+    ttl: float | None
+    max_bytes: int | None
+    storage: StorageType | str
+    replicas: int
+    metadata: dict[str, str] | None
+    compression: bool
+    placement: Placement | None
 
 
 # =========================================================================== documents

@@ -38,6 +38,8 @@ from .stream import Stream
 from .watch import Watcher
 
 if TYPE_CHECKING:
+    from jscore.kv import KeyValueFields
+
     from .jetstream import JetStream
 
 __all__ = ["KeyValue", "KeyWatcher", "KeyValueEntry", "KeyValueOp", "KeyValueStatus"]
@@ -54,18 +56,12 @@ def _cas_error(exc: WrongLastSequenceError, cls: type[KeyWrongLastSequenceError]
 # =========================================================================== bucket management
 
 
-def create_key_value(js: JetStream, bucket: str, action: str, timeout: float | None, **fields: Any) -> KeyValue:
+def key_value_bucket(
+    js: JetStream, bucket: str, action: str, timeout: float | None, fields: KeyValueFields
+) -> KeyValue:
+    """A bucket created, updated or either (``action``) from the fields of its configuration."""
     cfg = K.bucket_config(bucket, **fields)  # (the core checks and builds the bucket's options)
-    if action == "create":
-        stream = js.create_stream(cfg, timeout=timeout)
-    elif action == "update":
-        try:
-            stream = js.update_stream(cfg, timeout=timeout)
-        except StreamNotFoundError as exc:
-            raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {bucket!r} not found") from exc
-    else:
-        stream = js.create_or_update_stream(cfg, timeout=timeout)
-    return KeyValue(js, bucket, stream.cached_info)
+    return KeyValue(js, bucket, js._bucket_stream(cfg, action, bucket, timeout).cached_info)
 
 
 def bind_key_value(js: JetStream, bucket: str, timeout: float | None) -> KeyValue:

@@ -39,7 +39,7 @@ from jscore.errors import (
     TimeoutError,
 )
 from jscore.headers import Headers
-from jscore.models import DeliverPolicy, StorageType, StoredMsg, StreamInfo
+from jscore.models import DeliverPolicy, StoredMsg, StreamInfo
 from jscore.objstore import ObjectInfo, ObjectLink, ObjectStoreStatus
 from jscore.watch import WatchOptions
 
@@ -80,24 +80,12 @@ def _headers_doc(headers: Any) -> dict[str, list[str]] | None:
 # =========================================================================== bucket management
 
 
-def create_object_store(
-    js: JetStream,
-    bucket: str,
-    *,
-    description: str | None = None,
-    ttl: float | None = None,
-    max_bytes: int | None = None,
-    storage: StorageType | str = StorageType.FILE,
-    replicas: int = 1,
-    metadata: dict[str, str] | None = None,
-    compression: bool = False,
-    timeout: float | None = None,
+def object_store_bucket(
+    js: JetStream, bucket: str, action: str, timeout: float | None, fields: O.ObjectStoreFields
 ) -> ObjectStore:
-    cfg = O.bucket_config(
-        bucket, description=description, ttl=ttl, max_bytes=max_bytes, storage=storage,
-        replicas=replicas, metadata=metadata, compression=compression,
-    )
-    return ObjectStore(js, bucket, js.create_stream(cfg, timeout=timeout))
+    """A bucket created, updated or either (``action``) from the fields of its configuration."""
+    cfg = O.bucket_config(bucket, **fields)
+    return ObjectStore(js, bucket, js._bucket_stream(cfg, action, bucket, timeout))
 
 
 def object_store(js: JetStream, bucket: str, *, timeout: float | None = None) -> ObjectStore:

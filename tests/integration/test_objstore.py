@@ -24,7 +24,7 @@ from jscore.errors import (
 )
 from jssync import Client, JetStream, ObjectStore
 from jssync.server import NatsServer
-from tests.integration import clients  # noqa: F401 - fixture
+from tests.integration import clients, wait_until  # noqa: F401 - fixture
 
 
 @pytest.fixture
@@ -153,6 +153,51 @@ def test_seal_status_names(js: JetStream, obs: ObjectStore) -> None:
     with pytest.raises(BucketSealedError):
         again._publish_meta(O.ObjectInfo(name="zz", bucket=obs.bucket, nuid="n"), 5.0)
     assert obs.get_bytes("a") == b"x" * 10
+
+
+def test_update_and_create_or_update_object_store(js: JetStream) -> None:
+    from jscore.errors import InvalidStreamConfigError, JetStreamAPIError
+    from jscore.models import Compression, Placement
+
+    bucket = "upd" + secrets.token_hex(4)
+    with pytest.raises(BucketNotFoundError):
+        js.update_object_store(bucket, description="nothing there")
+    obs = js.create_or_update_object_store(bucket, description="first")  # created
+    obs.put("kept", b"data")
+    try:
+        up = js.update_object_store(
+            bucket, description="second", max_bytes=10_000_000, ttl=3600.0, metadata={"team": "ops"},
+            compression=True, placement=Placement(tags=["any"]),
+        )
+        cfg = js.stream_info(f"OBJ_{bucket}").config
+        assert cfg.description == "second" and cfg.max_bytes == 10_000_000 and cfg.max_age == 3600.0
+        assert cfg.compression is Compression.S2 and cfg.placement == Placement(tags=["any"])
+        assert (cfg.metadata or {}).get("team") == "ops"
+        st = up.status()
+        assert st.description == "second" and st.ttl == 3600.0 and st.is_compressed
+        assert up.get_bytes("kept") == b"data"  # the objects stay
+        # a short TTL: the duplicate window follows it (as at creation)
+        js.update_object_store(bucket, ttl=30.0)
+        assert js.stream_info(f"OBJ_{bucket}").config.max_age == 30.0
+        # replaces the whole configuration: what is not given takes its default
+        again = js.create_or_update_object_store(bucket)
+        cfg = js.stream_info(f"OBJ_{bucket}").config
+        assert cfg.description is None and cfg.max_bytes == -1 and not cfg.max_age
+        assert again.get_bytes("kept") == b"data"
+        # changes the server refuses: its typed errors
+        with pytest.raises(InvalidStreamConfigError, match="storage type"):
+            js.update_object_store(bucket, storage="memory")
+        with pytest.raises(JetStreamAPIError, match="replicas"):
+            js.update_object_store(bucket, replicas=3)
+        with pytest.raises(InvalidOptionError):
+            js.update_object_store(bucket, compression="s2")  # type: ignore[typeddict-item]
+        with pytest.raises(TypeError):
+            js.update_object_store(bucket, history=3)  # type: ignore[call-arg]
+        again.seal()
+        with pytest.raises(InvalidStreamConfigError, match="unseal"):
+            js.update_object_store(bucket, description="after the seal")
+    finally:
+        js.delete_object_store(bucket)
 
 
 def test_bad_input_before_sending(js: JetStream, obs: ObjectStore) -> None:
@@ -285,7 +330,7 @@ def test_watch_callback_form(obs: ObjectStore) -> None:
     w.stop()
     assert w.wait(5.0)
     assert got == [("c", False)]  # never the marker with updates_only
-    assert list(obs._stream.consumer_names()) == []  # every stopped watch deleted its consumer
+    wait_until(lambda: list(obs._stream.consumer_names()) == [], 10, what="every stopped watch to delete its consumer")
 
 
 @pytest.mark.parametrize("how", ["restart", "kill"])
