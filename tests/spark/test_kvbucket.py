@@ -118,31 +118,34 @@ def test_writes_racing_the_read_do_not_tear_the_snapshot(ds_spark: Any, nats_url
     for k in keys:
         kv.put(k, b"0")
     stop = threading.Event()
-    rounds = [0]
+    puts = [0]
 
     def write() -> None:
         r = 0
-        while not stop.is_set() and r < 40:
+        while not stop.is_set():
             r += 1
             for k in keys:
                 kv.put(k, str(r).encode())
+                puts[0] += 1
                 if stop.is_set():
                     break
-            rounds[0] = r
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
     try:
         wait = threading.Event()
-        while rounds[0] < 1 and writer.is_alive():  # at least one full round first
+        while puts[0] < len(keys) and writer.is_alive():  # at least one full round first
             wait.wait(0.05)
+        before = puts[0]
         rows = _rows(_load(ds_spark, nats_url, bucket, maxRecordsPerPartition="300", minPartitions="5"))
+        during = puts[0] - before
     finally:
         stop.set()
         writer.join(30)
+    assert during > len(keys), "the writes did not race the read"
     assert set(rows) == set(keys)
     top = max(r for _, r, _ in rows.values())
-    snapshot = kv.get_many(keys, revision=top)
+    snapshot = {**kv.get_many(keys[:750], revision=top), **kv.get_many(keys[750:], revision=top)}
     assert {k: (v, r) for k, (v, r, _) in rows.items()} == {k: (e.value, e.revision) for k, e in snapshot.items()}
     assert len({v for v, _, _ in rows.values()}) <= 2  # (a snapshot mid-round holds two rounds)
     js.delete_key_value(bucket)
