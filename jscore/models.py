@@ -360,6 +360,13 @@ class Placement(_Model, kw_only=True):
     preferred: str | None = None
 
 
+def check_placement(placement: object) -> Placement | None:
+    """``placement`` if it is None or a :class:`Placement`, else :class:`InvalidOptionError`."""
+    if placement is not None and not isinstance(placement, Placement):
+        raise InvalidOptionError(f"placement must be a Placement, got {type(placement).__name__}")
+    return placement
+
+
 class ExternalStream(_Model, kw_only=True):
     """A stream source in another account or JetStream domain: its API prefix and the prefix
     the source's push consumer delivers to."""

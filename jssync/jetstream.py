@@ -21,6 +21,7 @@ import msgspec
 
 from jscore import jsapi, status
 from jscore.errors import (
+    BucketNotFoundError,
     InvalidOptionError,
     JetStreamError,
     NoRespondersError,
@@ -36,7 +37,6 @@ from jscore.models import (
     ConsumerNamesResponse,
     PauseResponse,
     PubAck,
-    StorageType,
     StreamConfig,
     StreamInfo,
     StreamListResponse,
@@ -53,7 +53,10 @@ from .ordered import OrderedConsumer, ordered_options
 from .stream import Stream
 
 if TYPE_CHECKING:
-    from jscore.kv import KeyValueStatus
+    from typing_extensions import Unpack
+
+    from jscore.kv import KeyValueFields, KeyValueStatus
+    from jscore.objstore import ObjectStoreFields
 
     from .client import Client
     from .kv import KeyValue
@@ -69,6 +72,9 @@ DEFAULT_API_PREFIX = jsapi.DEFAULT_API_PREFIX
 
 T = TypeVar("T")
 S = TypeVar("S", bound=msgspec.Struct)
+
+# What a bucket call does with its stream.
+_CREATE, _UPDATE, _UPSERT = "create", "update", "create_or_update"
 
 
 def _ephemeral_name() -> str:
@@ -158,78 +164,35 @@ class JetStream:
     # ------------------------------------------------------------------ key-value store
 
     def create_key_value(
-        self,
-        bucket: str,
-        *,
-        description: str | None = None,
-        history: int = 1,
-        ttl: float | None = None,
-        max_value_size: int | None = None,
-        max_bytes: int | None = None,
-        storage: StorageType | str = StorageType.FILE,
-        replicas: int = 1,
-        limit_marker_ttl: float | None = None,
-        metadata: dict[str, str] | None = None,
-        timeout: float | None = None,
+        self, bucket: str, *, timeout: float | None = None, **fields: Unpack[KeyValueFields]
     ) -> KeyValue:
-        """Create the key-value bucket ``bucket`` (the stream ``KV_<bucket>``): ``description``,
-        ``history`` (1..64), ``ttl``, ``max_value_size``, ``max_bytes``, ``storage``,
-        ``replicas``, ``limit_marker_ttl``, ``metadata``. An identical bucket is not an error;
-        another configuration under that name raises :class:`StreamNameInUseError`."""
-        from .kv import create_key_value
+        """Create the key-value bucket ``bucket`` (the stream ``KV_<bucket>``). ``fields``:
+        ``description``, ``history`` (1..64, default 1), ``ttl`` (seconds), ``max_value_size``,
+        ``max_bytes``, ``storage`` (file), ``replicas`` (1), ``limit_marker_ttl``, ``metadata``,
+        ``compression`` (False), ``placement``. An identical bucket is not an error; another
+        configuration under that name raises :class:`StreamNameInUseError`."""
+        from .kv import key_value_bucket
 
-        return create_key_value(self, bucket, "create", timeout, **dict(
-            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
-            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
-            metadata=metadata,
-        ))
+        return key_value_bucket(self, bucket, _CREATE, timeout, fields)
 
     def update_key_value(
-        self,
-        bucket: str,
-        *,
-        description: str | None = None,
-        history: int = 1,
-        ttl: float | None = None,
-        max_value_size: int | None = None,
-        max_bytes: int | None = None,
-        storage: StorageType | str = StorageType.FILE,
-        replicas: int = 1,
-        limit_marker_ttl: float | None = None,
-        metadata: dict[str, str] | None = None,
-        timeout: float | None = None,
+        self, bucket: str, *, timeout: float | None = None, **fields: Unpack[KeyValueFields]
     ) -> KeyValue:
-        """Replace the bucket's configuration with the one given (:class:`BucketNotFoundError`)."""
-        from .kv import create_key_value
+        """Replace the bucket's configuration with the one the ``fields`` of
+        :meth:`create_key_value` make (fields not given take their defaults, not the current
+        values); :class:`BucketNotFoundError`, or the server's typed error for a change it
+        refuses (the storage type, for one)."""
+        from .kv import key_value_bucket
 
-        return create_key_value(self, bucket, "update", timeout, **dict(
-            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
-            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
-            metadata=metadata,
-        ))
+        return key_value_bucket(self, bucket, _UPDATE, timeout, fields)
 
     def create_or_update_key_value(
-        self,
-        bucket: str,
-        *,
-        description: str | None = None,
-        history: int = 1,
-        ttl: float | None = None,
-        max_value_size: int | None = None,
-        max_bytes: int | None = None,
-        storage: StorageType | str = StorageType.FILE,
-        replicas: int = 1,
-        limit_marker_ttl: float | None = None,
-        metadata: dict[str, str] | None = None,
-        timeout: float | None = None,
+        self, bucket: str, *, timeout: float | None = None, **fields: Unpack[KeyValueFields]
     ) -> KeyValue:
-        from .kv import create_key_value
+        """:meth:`update_key_value`, or :meth:`create_key_value` when there is no such bucket."""
+        from .kv import key_value_bucket
 
-        return create_key_value(self, bucket, "upsert", timeout, **dict(
-            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
-            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
-            metadata=metadata,
-        ))
+        return key_value_bucket(self, bucket, _UPSERT, timeout, fields)
 
     def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
         """A handle on an existing bucket (:class:`BucketNotFoundError`)."""
@@ -267,6 +230,18 @@ class JetStream:
         body = jsapi.stream_config_request(cfg)
         info = self._call(subject_of(cfg.name), body, StreamInfo, timeout)
         return Stream(self, info)
+
+    def _bucket_stream(self, cfg: StreamConfig, action: str, bucket: str, timeout: float | None) -> Stream:
+        """The stream of a bucket (key-value or object store), created, updated or either;
+        an update of a missing one raises :class:`BucketNotFoundError`."""
+        if action == _CREATE:
+            return self.create_stream(cfg, timeout=timeout)
+        if action == _UPSERT:
+            return self.create_or_update_stream(cfg, timeout=timeout)
+        try:
+            return self.update_stream(cfg, timeout=timeout)
+        except StreamNotFoundError as exc:
+            raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {bucket!r} not found") from exc
 
     def create_stream(
         self, config: StreamConfig | None = None, *, timeout: float | None = None, **fields: Any
@@ -546,27 +521,36 @@ class JetStream:
     # ------------------------------------------------------------------ object store
 
     def create_object_store(
-        self,
-        bucket: str,
-        *,
-        description: str | None = None,
-        ttl: float | None = None,
-        max_bytes: int | None = None,
-        storage: StorageType | str = StorageType.FILE,
-        replicas: int = 1,
-        metadata: dict[str, str] | None = None,
-        compression: bool = False,
-        timeout: float | None = None,
+        self, bucket: str, *, timeout: float | None = None, **fields: Unpack[ObjectStoreFields]
     ) -> ObjectStore:
-        """Create the object store ``bucket`` (the stream ``OBJ_<bucket>``); ``ttl`` in
-        seconds, ``compression`` s2 on the server. Creating it again with the same options
-        succeeds; with different ones it raises :class:`StreamNameInUseError`."""
-        from . import objstore
+        """Create the object store ``bucket`` (the stream ``OBJ_<bucket>``). ``fields``:
+        ``description``, ``ttl`` (seconds), ``max_bytes``, ``storage`` (file), ``replicas`` (1),
+        ``metadata``, ``compression`` (s2 on the server; False), ``placement``. Creating it
+        again with the same options succeeds; with different ones it raises
+        :class:`StreamNameInUseError`."""
+        from .objstore import object_store_bucket
 
-        return objstore.create_object_store(
-            self, bucket, description=description, ttl=ttl, max_bytes=max_bytes, storage=storage,
-            replicas=replicas, metadata=metadata, compression=compression, timeout=timeout,
-        )
+        return object_store_bucket(self, bucket, _CREATE, timeout, fields)
+
+    def update_object_store(
+        self, bucket: str, *, timeout: float | None = None, **fields: Unpack[ObjectStoreFields]
+    ) -> ObjectStore:
+        """Replace the bucket's configuration with the one the ``fields`` of
+        :meth:`create_object_store` make (fields not given take their defaults, not the current
+        values); the objects stay. :class:`BucketNotFoundError`, or the server's typed error
+        for a change it refuses (the storage type, replicas beyond the cluster, unsealing)."""
+        from .objstore import object_store_bucket
+
+        return object_store_bucket(self, bucket, _UPDATE, timeout, fields)
+
+    def create_or_update_object_store(
+        self, bucket: str, *, timeout: float | None = None, **fields: Unpack[ObjectStoreFields]
+    ) -> ObjectStore:
+        """:meth:`update_object_store`, or :meth:`create_object_store` when there is no such
+        bucket."""
+        from .objstore import object_store_bucket
+
+        return object_store_bucket(self, bucket, _UPSERT, timeout, fields)
 
     def object_store(self, bucket: str, *, timeout: float | None = None) -> ObjectStore:
         """An existing object store (:class:`BucketNotFoundError`)."""

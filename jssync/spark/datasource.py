@@ -1002,18 +1002,28 @@ class JetStreamDataSource(DataSource):
         return "jetstream"
 
     def schema(self) -> StructType | str:
-        return SCHEMA
+        from .kvread import KV_SCHEMA, wants_kv_bucket
+
+        return KV_SCHEMA if wants_kv_bucket(self.options) else SCHEMA
 
     def _config(self) -> NatsConfig:
         return NatsConfig.from_options(self.options)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         config = self._config()
+        from .kvread import KvBucketReader, KvReadOptions, wants_kv_bucket
+
+        if wants_kv_bucket(self.options):  # a key-value bucket's snapshot (kvread.py)
+            return KvBucketReader(config, KvReadOptions.from_options(self.options))
         ropts = ReadOptions.from_options(self.options, streaming=False)
         return JetStreamBatchReader(config, ropts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         config = self._config()
+        from .kvread import KvReadOptions, wants_kv_bucket
+
+        if wants_kv_bucket(self.options):
+            KvReadOptions.from_options(self.options, streaming=True)  # (raises: batch reads only)
         ropts = ReadOptions.from_options(self.options, streaming=True)
         return JetStreamStreamReader(config, ropts)
 

@@ -269,7 +269,7 @@ class W:
         for e in self.m.drain_events():
             if isinstance(e, SendRequested):
                 self.sent.append(e)
-            elif isinstance(e, K.KeyValueChanged):
+            elif isinstance(e, K.WatchChanged):
                 self.changes.append(e)
             else:
                 self.other.append(e)

@@ -15,7 +15,7 @@ EXAMPLES = dict(EXAMPLE_RE.findall(DOC.read_text(encoding="utf-8")))
 
 
 def test_every_example_is_found() -> None:
-    assert set(EXAMPLES) == {"basics", "streaming", "digest", "manage", "links", "watch", "seal"}
+    assert set(EXAMPLES) == {"basics", "streaming", "digest", "manage", "links", "watch", "watch-callback", "seal"}
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
@@ -30,6 +30,7 @@ def test_example(name: str, nats_url: str, capsys: pytest.CaptureFixture[str]) -
         "manage": "['a.txt', 'b.txt']\nrenamed\n{'Content-Type': ['text/plain']}\nb.txt is gone\nTrue\n",
         "links": "b'\\x89PNG...'\nObjectLink(bucket='docs-assets'",
         "watch": "existing\nNone\nnew\nTrue\n",
+        "watch-callback": "['report.pdf']\n",
         "seal": "True True JetStream\nsealed: read only\nb'%PDF-1.7'\n",
     }[name]
     assert expected in out, out

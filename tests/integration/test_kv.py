@@ -56,6 +56,11 @@ def test_bucket_layout_and_lifecycle(nats_url: str, clients: Callable[..., Clien
     assert js.key_value(name).bucket == name
     js.update_key_value(name, history=7)
     assert js.key_value(name).status().history == 7
+    from jscore.models import Placement
+
+    js.create_or_update_key_value(name, history=7, compression=True, placement=Placement(tags=["any"]))
+    cfg = js.stream_info(f"KV_{name}").config
+    assert kv.status().is_compressed and cfg.placement == Placement(tags=["any"]) and not cfg.max_age
     js.delete_key_value(name)
     with pytest.raises(BucketNotFoundError):
         js.key_value(name)
