@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from jscore.errors import InvalidOptionError, MaxMsgsError
+from jscore.errors import InvalidOptionError, MaxMsgsError, NoStreamResponseError
 from jssync.spark import _cache
 from jssync.spark._config import NatsConfig, WriteOptions
 from jssync.spark._writer import (
@@ -442,6 +442,7 @@ def test_write_rows_shapes_headers_and_counts(server: NatsServer) -> None:
 
 
 def test_write_rows_errors(server: NatsServer) -> None:
+    _js(server.url).create_stream(name="A", subjects=["a"])
     cfg = NatsConfig(servers=(server.url,))
     with pytest.raises(InvalidOptionError, match="^subject: "):
         write_rows([{"data": b"x"}], cfg, WriteOptions(), write_id="w", partition_id=0)
@@ -470,7 +471,9 @@ def test_no_stream_yet_is_retried_with_the_same_ids(server: NatsServer) -> None:
     timer = threading.Timer(0.6, lambda: js.create_stream(name="LATE", subjects=["late.>"]))
     timer.start()
     try:
-        r = write_partition([f"{i}" for i in range(200)], cfg, WriteOptions(subject="late.x", retries=8), write_id="w", partition_id=0)
+        # (checkSubjects=false: no stream-lookup before publishing, so the 503s are met and retried)
+        wo = WriteOptions(subject="late.x", retries=8, check_subjects=False)
+        r = write_partition([f"{i}" for i in range(200)], cfg, wo, write_id="w", partition_id=0)
     finally:
         timer.join()
     assert r.written == 200 and r.resent > 0
@@ -573,9 +576,15 @@ def test_foreach_writer_lifecycle_without_spark(server: NatsServer) -> None:
 
     js = _js(server.url)
     js.create_stream(name="FE", subjects=["fe.>"])
+    with pytest.raises(NoStreamResponseError, match="^subject: no stream captures 'nowhere.x'"):
+        JetStreamForeachWriter(servers=server.url, subject="nowhere.x", run_id="q1")  # checked on the driver
+    lazy = JetStreamForeachWriter(servers=server.url, subject="nowhere.x", run_id="q1", driver_check=False)
+    assert not lazy.options.checked
+    _cache.close_all()
     writer = JetStreamForeachWriter(servers=server.url, subject="fe.x", run_id="q1", password="hunter2")
     assert "hunter2" not in repr(writer)
-    assert _cache.cached_configs() == []  # the constructor does not connect
+    assert writer.options.checked  # the executors do not check again
+    assert pickle.loads(pickle.dumps(writer)).options.checked
     assert writer.open(3, 7) is True
     assert len(_cache.cached_configs()) == 1
     for i in range(10):
