@@ -163,6 +163,8 @@ class _Parser:
         return tuple(out)
 
     def type(self) -> DType:
+        if self.peek() is None:
+            raise self.fail("a type")
         word = self.take().lower()
         if word in _ATOMIC:
             if word in ("varchar", "char"):
