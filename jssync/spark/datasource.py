@@ -789,20 +789,25 @@ def check_user_schema(given: StructType, ropts: ReadOptions) -> None:
     """A schema given with ``.schema(...)`` must be the read's own (names and types; nullability
     is not compared): the source cannot produce other columns. Raises :class:`InvalidOptionError`."""
     want = ropts.columns()
-    ours = spark_schema(ropts)
+    if isinstance(given, str):  # (a DDL string, when called outside Spark)
+        if [(f.name.lower(), f.type) for f in parse_ddl(given, "schema")] == [(f.name.lower(), f.type) for f in want]:
+            return
+        given_text = given
+    else:
 
-    def shape(st: Any) -> list[tuple[str, str]]:
-        return [(f.name.lower(), f.dataType.simpleString()) for f in st.fields]
+        def shape(st: Any) -> list[tuple[str, str]]:
+            return [(f.name.lower(), f.dataType.simpleString()) for f in st.fields]
 
-    if shape(given) == shape(ours):
-        return
+        if shape(given) == shape(spark_schema(ropts)):
+            return
+        given_text = given.simpleString()
     hint = (
         " (decode the payload into columns with valueFormat=json and valueSchema)"
         if ropts.value_format == "binary"
         else " (the payload's columns come from valueSchema)"
     )
     raise InvalidOptionError(
-        f"schema: the jetstream source returns {ddl(want)!r}, not {given.simpleString()!r}{hint}; "
+        f"schema: the jetstream source returns {ddl(want)!r}, not {given_text!r}{hint}; "
         "leave .schema() out, or select and cast the columns after load()"
     )
 
