@@ -137,6 +137,8 @@ _KAFKA_CLIENT: Final = {
     "enable.idempotence": "always on: every row carries a Nats-Msg-Id the stream deduplicates (see dedupeMode)",
     "acks": "always all: every publish waits for the stream's acknowledgement",
     "max.poll.records": "use fetchBatchSize",
+    "retries": "use retries (re-sends of a publish, with the same msg id)",
+    "socket.connection.setup.timeout.ms": "use connectTimeout (seconds)",
     "isolation.level": "no transactions: a read sees every stored message",
 }
 
