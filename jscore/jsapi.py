@@ -56,6 +56,7 @@ __all__ = [
     "check_filter_subject",
     "check_group_name",
     "has_wildcard",
+    "subject_matches",
     "ApiSubjects",
     "stream_config_request",
     "stream_info_request",
@@ -161,6 +162,21 @@ def check_group_name(group: object) -> str:
 
 def has_wildcard(subject: str) -> bool:
     return any(tok == "*" or tok == ">" for tok in subject.split("."))
+
+
+def subject_matches(subject: str, filter_subject: str) -> bool:
+    """Whether the literal ``subject`` is matched by ``filter_subject`` (``*`` one token, ``>``
+    one or more trailing tokens), as the server matches a stream's subjects."""
+    if "*" not in filter_subject and ">" not in filter_subject:
+        return subject == filter_subject
+    toks = subject.split(".")
+    pattern = filter_subject.split(".")
+    for i, p in enumerate(pattern):
+        if p == ">":
+            return len(toks) > i
+        if i >= len(toks) or (p != "*" and p != toks[i]):
+            return False
+    return len(toks) == len(pattern)
 
 
 # =========================================================================== subjects

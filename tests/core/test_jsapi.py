@@ -503,3 +503,13 @@ def test_parse_nats_time_largest_offset() -> None:
 def test_utc_offset_zero_is_utc() -> None:
     assert jsapi.parse_nats_time("2026-01-01T00:00:00+00:00").tzinfo is UTC
     assert jsapi.parse_nats_time("2026-01-01T00:00:00-05:00").utcoffset() == -timedelta(hours=5)
+
+
+def test_subject_matches() -> None:
+    from jscore.jsapi import subject_matches
+
+    assert subject_matches("a.b", "a.b") and not subject_matches("a.b", "a.c")
+    assert subject_matches("a.b", "a.*") and not subject_matches("a.b.c", "a.*")
+    assert subject_matches("a.b.c", "a.>") and not subject_matches("a", "a.>")
+    assert subject_matches("x.b.y", "*.b.*") and not subject_matches("x.c.y", "*.b.*")
+    assert subject_matches("a", ">") and not subject_matches("a.b", "a")
