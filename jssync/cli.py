@@ -11,6 +11,7 @@ import contextlib
 import os
 import ssl
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -348,17 +349,64 @@ def _demo_priority(nc: Client, server: str, check: Callable[[str, bool], None]) 
         js.delete_stream("JSSYNC_DEMO_JOBS")
 
 
+# The demo's Spark logging: WARN and above from the start (no log4j profile banner, no "Setting
+# default log level" lines: the root level is the level Spark would set for a shell), and the
+# native-hadoop warning of every local run left out.
+_SPARK_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.hadoop.name = org.apache.hadoop.util.NativeCodeLoader
+logger.hadoop.level = error
+"""
+# What the JVM itself prints at start whatever the logging configuration says (Spark 4 adds
+# the vector incubator module).
+_JVM_NOISE = (b"WARNING: Using incubator modules:",)
+
+
+@contextlib.contextmanager
+def _jvm_stderr_filtered(noise: tuple[bytes, ...]) -> Iterator[None]:
+    """Start the JVM inside this block: its standard error (file descriptor 2, inherited when
+    pyspark starts it) is a pipe whose lines a thread copies to the real standard error, except
+    those starting with one of ``noise``. The JVM keeps that pipe when the block ends, so the
+    copying goes on until the JVM exits; everything else written to standard error is kept."""
+    sys.stderr.flush()
+    real = os.dup(2)
+    out = os.dup(2)
+    read_end, write_end = os.pipe()
+
+    def copy() -> None:
+        with os.fdopen(read_end, "rb") as src, os.fdopen(out, "wb", buffering=0) as dst:
+            for line in src:
+                if not line.startswith(noise):
+                    dst.write(line)
+
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    threading.Thread(target=copy, name="jssync-jvm-stderr", daemon=True).start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(real, 2)
+        os.close(real)
+
+
 def demo_spark(url: str | None, rows: int = 20_000) -> int:
     """``jssync demo spark``: a local Spark job writes a DataFrame to JetStream exactly once
     (twice, the second write deduplicated by its msg ids) and reads it back."""
-    import os
 
     try:
-        import pyarrow  # type: ignore[import-untyped]  # noqa: F401
         from pyspark.sql import SparkSession
+        import pyarrow  # type: ignore[import-untyped]  # noqa: F401
     except ImportError as exc:
-        print(f"jssync demo spark needs pyspark and pyarrow ({exc}): pip install 'jssync[spark]'", file=sys.stderr)
-        return 2
+        print(f"jssync demo spark: {(exc.name or 'pyspark').split('.')[0]} is not installed; install the spark extra from the "
+              f"jssync checkout: pip install -e '.[spark]' (Spark also needs Java 17)", file=sys.stderr)
+        return 1
     from jscore.errors import StreamNotFoundError
 
     from .spark import JetStreamDataSource
@@ -372,17 +420,25 @@ def demo_spark(url: str | None, rows: int = 20_000) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    with _server_url(url) as server:
+    with _server_url(url) as server, tempfile.TemporaryDirectory(prefix="jssync-spark-") as tmp:
         existing = SparkSession.getActiveSession()
         _say("starting a local[2] Spark session (the UI is off) ..." if existing is None else "using the active Spark session")
-        spark = existing or (
-            SparkSession.builder.master("local[2]")
-            .appName("jssync-demo")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
-        )
+        if existing is None:
+            log_config = os.path.join(tmp, "log4j2.properties")
+            with open(log_config, "w") as f:
+                f.write(_SPARK_LOG4J2)
+            with _jvm_stderr_filtered(_JVM_NOISE):
+                spark = (
+                    SparkSession.builder.master("local[2]")
+                    .appName("jssync-demo")
+                    .config("spark.ui.enabled", "false")
+                    .config("spark.ui.showConsoleProgress", "false")
+                    .config("spark.sql.shuffle.partitions", "2")
+                    .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log_config}")
+                    .getOrCreate()
+                )
+        else:
+            spark = existing
         spark.sparkContext.setLogLevel("ERROR")
         try:
             spark.dataSource.register(JetStreamDataSource)
