@@ -812,7 +812,7 @@ def _object_cmd(url: str | None, action: str, bucket: str, name: str | None, fil
 
 _AUTH_EPILOG = """\
 The --server and authentication options go before or after the command. --creds and --nkey
-need the nkeys extra (pip install 'jssync[nkeys]'). A password or token given on the command
+need the nkeys package (pip install nkeys, or the nkeys extra: pip install -e '.[nkeys]'). A password or token given on the command
 line is visible to other users of this machine (process list, shell history): prefer a --creds
 or --nkey file, or a client certificate.
 
