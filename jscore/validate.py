@@ -11,7 +11,7 @@ import math
 
 from .errors import InvalidOptionError
 
-__all__ = ["check_timeout", "check_optional_timeout", "check_bool"]
+__all__ = ["check_timeout", "check_optional_timeout", "check_bool", "check_optional_flag"]
 
 
 def check_timeout(value: object, name: str = "timeout") -> float:
@@ -37,7 +37,13 @@ def check_optional_timeout(value: object, name: str = "timeout") -> float | None
 
 
 def check_bool(value: object, name: str) -> bool:
-    """``value`` if it is a bool, else :class:`InvalidOptionError` naming the option."""
+    """``value`` if it is a bool, else :class:`InvalidOptionError` naming the option (a truthy
+    string such as ``"no"`` must not switch an option on)."""
     if not isinstance(value, bool):
-        raise InvalidOptionError(f"{name} must be a bool, got {value!r}")
+        raise InvalidOptionError(f"{name} must be a bool, got {type(value).__name__}")
     return value
+
+
+def check_optional_flag(value: object, name: str) -> bool | None:
+    """``value`` if it is a bool or None (the default applies), else :class:`InvalidOptionError`."""
+    return None if value is None else check_bool(value, name)

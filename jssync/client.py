@@ -1266,7 +1266,8 @@ def _takes_the_options_of(cls: Callable[_P, Client]) -> Callable[[Callable[..., 
     from the one definition of the options: a misspelled option is a ``TypeError``."""
 
     def give(f: Callable[..., Client]) -> Callable[_P, Client]:
-        f.__signature__ = inspect.signature(cls)  # type: ignore[attr-defined]
+        # (the class's signature is its __init__'s, which returns None: connect returns a Client)
+        f.__signature__ = inspect.signature(cls).replace(return_annotation=cls)  # type: ignore[attr-defined]
         return f
 
     return give

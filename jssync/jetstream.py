@@ -461,7 +461,7 @@ class JetStream:
                     p = self._publisher = Publisher(self)
                     # From now on js.publish_async IS the publisher's method (same signature): one
                     # Python call less per message on the async hot path.
-                    self.publish_async = p.publish_async  # type: ignore[method-assign,assignment]
+                    self.publish_async = p.publish_async  # type: ignore[method-assign]
         return p
 
     def configure_publish(
@@ -493,10 +493,29 @@ class JetStream:
         *,
         headers: HeadersInput | None = None,
         timeout: float | None = None,
-        **options: Any,
+        msg_id: str | None = None,
+        expected_stream: str | None = None,
+        expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None,
+        expected_last_subject_seq_subject: str | None = None,
+        expected_last_msg_id: str | None = None,
+        ttl: float | str | None = None,
     ) -> PubAck:
-        """Publish and wait for the PubAck (see :meth:`jssync.publish.Publisher.publish`)."""
-        return self._pub().publish(subject, payload, headers=headers, timeout=timeout, **options)
+        """Publish and wait for the PubAck (see :meth:`jssync.publish.Publisher.publish`).
+
+        ``timeout``: how long to wait for the PubAck (default: the context's). The options
+        become headers the stream checks: ``msg_id`` (``Nats-Msg-Id``, deduplication within the
+        stream's duplicate window), ``expected_stream``, ``expected_last_seq``,
+        ``expected_last_subject_seq`` (with ``expected_last_subject_seq_subject`` to check a
+        filter subject instead), ``expected_last_msg_id``, ``ttl`` (whole seconds >= 1, or
+        ``"never"``). A wrong value raises :class:`InvalidOptionError` naming the option,
+        before anything is sent."""
+        return self._pub().publish(
+            subject, payload, headers=headers, timeout=timeout, msg_id=msg_id, expected_stream=expected_stream,
+            expected_last_seq=expected_last_seq, expected_last_subject_seq=expected_last_subject_seq,
+            expected_last_subject_seq_subject=expected_last_subject_seq_subject,
+            expected_last_msg_id=expected_last_msg_id, ttl=ttl,
+        )
 
     def publish_async(
         self,
@@ -504,10 +523,26 @@ class JetStream:
         payload: bytes = b"",
         *,
         headers: HeadersInput | None = None,
-        **options: Any,
+        timeout: float | None = None,
+        msg_id: str | None = None,
+        expected_stream: str | None = None,
+        expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None,
+        expected_last_subject_seq_subject: str | None = None,
+        expected_last_msg_id: str | None = None,
+        ttl: float | str | None = None,
+        auto_msg_id: bool | None = None,
     ) -> PubAckFuture:
-        """Publish without waiting; the future resolves to the PubAck or raises."""
-        return self._pub().publish_async(subject, payload, headers=headers, **options)
+        """Publish without waiting; the future resolves to the PubAck or raises (see
+        :meth:`jssync.publish.Publisher.publish_async`). The options are those of
+        :meth:`publish`; ``timeout`` is the wait for room in a full window, and ``auto_msg_id``
+        gives this publish a unique msg id (default: the context's setting)."""
+        return self._pub().publish_async(
+            subject, payload, headers=headers, timeout=timeout, msg_id=msg_id, expected_stream=expected_stream,
+            expected_last_seq=expected_last_seq, expected_last_subject_seq=expected_last_subject_seq,
+            expected_last_subject_seq_subject=expected_last_subject_seq_subject,
+            expected_last_msg_id=expected_last_msg_id, ttl=ttl, auto_msg_id=auto_msg_id,
+        )
 
     @property
     def publish_async_pending(self) -> int:

@@ -29,6 +29,7 @@ from jscore.errors import JetStreamError, NatsError, NoRespondersError, TimeoutE
 from jscore.machine import MachineFailed, Stop
 from jscore.models import (
     ConsumerConfig,
+    DeliverPolicy,
     ConsumerInfo,
     MsgGetResponse,
     PurgeResponse,
@@ -255,9 +256,20 @@ class Stream:
     def consumer_names(self, *, timeout: float | None = None) -> Iterator[str]:
         return self._js.consumer_names(self._name, timeout=timeout)
 
-    def ordered_consumer(self, **options: Any) -> OrderedConsumer:
+    def ordered_consumer(
+        self,
+        *,
+        filter_subjects: str | Sequence[str] | None = None,
+        deliver_policy: DeliverPolicy | str | None = None,
+        opt_start_seq: int | None = None,
+        opt_start_time: datetime | None = None,
+        headers_only: bool = False,
+    ) -> OrderedConsumer:
         """An ordered consumer of this stream (see :meth:`JetStream.ordered_consumer`)."""
-        return self._js.ordered_consumer(self._name, **options)
+        return self._js.ordered_consumer(
+            self._name, filter_subjects=filter_subjects, deliver_policy=deliver_policy,
+            opt_start_seq=opt_start_seq, opt_start_time=opt_start_time, headers_only=headers_only,
+        )
 
 
 class DirectGetIterator(Iterator[StoredMsg]):

@@ -1,6 +1,6 @@
 """PySpark integration: exactly-once writers and the ``jetstream`` data source.
 
-Needs the ``spark`` extra (``pip install 'jssync[spark]'``: pyspark >= 4.0 and pyarrow). The
+Needs the ``spark`` extra (``pip install -e '.[spark]'`` in the jssync checkout: pyspark >= 4.0 and pyarrow). The
 package itself imports without them, so configs can be built and checked anywhere; every Spark
 entry point raises an :class:`ImportError` saying what to install when they are missing.
 
@@ -71,7 +71,7 @@ __all__ = [
     "INSTALL_HINT",
 ]
 
-INSTALL_HINT = "pip install 'jssync[spark]'"
+INSTALL_HINT = "pip install -e '.[spark]' (in the jssync checkout)"
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 """The Spark local property holding a streaming query's id (stable across restarts from the

@@ -58,7 +58,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "jssync.spark.datasource needs PySpark >= 4.0 and pyarrow (the 'spark' extra): "
-        "pip install 'jssync[spark]'"
+        "pip install -e '.[spark]' (in the jssync checkout)"
     ) from _exc
 
 from jscore.errors import InvalidOptionError, JetStreamError, MsgNotFoundError, NatsError, NoMessagesError

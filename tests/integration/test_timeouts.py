@@ -169,6 +169,7 @@ def test_connect_has_the_signature_of_client() -> None:
     params = inspect.signature(jssync.connect).parameters
     assert {"servers", "connect_timeout", "reconnect_wait", "pending_bytes_limit"} <= set(params)
     assert params == inspect.signature(jssync.Client).parameters
+    assert inspect.signature(jssync.connect).return_annotation is jssync.Client  # what help() shows
     with pytest.raises(TypeError, match="conect_timeout"):
         jssync.connect("nats://127.0.0.1:1", conect_timeout=1.0)  # type: ignore[call-arg]
 

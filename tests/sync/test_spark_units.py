@@ -563,7 +563,7 @@ def test_clear_message_when_spark_packages_are_missing(missing: str) -> None:
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 4
     for line in lines:
-        assert f"({missing} is not installed)" in line and "pip install 'jssync[spark]'" in line
+        assert f"({missing} is not installed)" in line and "pip install -e '.[spark]'" in line
 
 
 # --------------------------------------------------------------------------- the foreach writer, without Spark
