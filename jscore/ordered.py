@@ -112,6 +112,7 @@ from .pull import (
     fetch_grace,
     pull_subject,
 )
+from .validate import check_bool
 
 
 class ChoiceSource(Protocol):
@@ -285,8 +286,7 @@ class OrderedConsumerOptions(msgspec.Struct, frozen=True, kw_only=True):
         if policy is DeliverPolicy.LAST_PER_SUBJECT and not filters:
             filters = (">",)
 
-        if not isinstance(self.headers_only, bool):
-            raise InvalidOptionError(f"headers_only must be a bool, got {self.headers_only!r}")
+        check_bool(self.headers_only, "headers_only")
         threshold = self.inactive_threshold
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold > 0:
             raise InvalidOptionError(f"inactive_threshold must be > 0 seconds, got {threshold!r}")

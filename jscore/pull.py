@@ -62,6 +62,7 @@ from .jsapi import check_consumer_name, check_group_name, check_stream_name
 from .models import ConsumerConfig, PriorityPolicy
 from .protocol import MsgReceived
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Stop
+from .validate import check_bool
 
 __all__ = [
     # wire
@@ -467,10 +468,8 @@ def resolve_consume_options(
     g, mp, map_, pr, pin = _priority_options(group, min_pending, min_ack_pending, priority, pin_id)
     limit = _count("no_responders_limit", no_responders_limit, 1)
     backoff = _seconds("no_responders_backoff", no_responders_backoff)
-    if not isinstance(no_responders_check, bool):
-        _fail(f"no_responders_check must be a bool, got {no_responders_check!r}")
-    if not isinstance(heartbeat_check, bool):
-        _fail(f"heartbeat_check must be a bool, got {heartbeat_check!r}")
+    check_bool(no_responders_check, "no_responders_check")
+    check_bool(heartbeat_check, "heartbeat_check")
     if backoff <= 0:
         _fail(f"no_responders_backoff must be > 0 seconds, got {no_responders_backoff!r}")
     return ConsumeOptions(
@@ -614,8 +613,7 @@ def resolve_fetch_options(
     * heartbeat: 5 s by default only when expires >= 10 s; explicit values in [0.5, 30] s and
       <= expires / 2; ``heartbeat=0`` switches them off; none for a no_wait pull without expires.
     """
-    if not isinstance(no_wait, bool):
-        _fail(f"no_wait must be a bool, got {type(no_wait).__name__}")
+    check_bool(no_wait, "no_wait")
     if max_messages is None and max_bytes is None:
         _fail("fetch needs max_messages or max_bytes (ADR-37: at least one is required)")
     mb = 0 if max_bytes is None else _count("max_bytes", max_bytes, 1, _MAX_BYTES)
