@@ -617,6 +617,16 @@ class BucketNotFoundError(StreamNotFoundError):
         else:
             super().__init__(code, err_code, description or "bucket not found")
 
+    @classmethod
+    def of(cls, error: StreamNotFoundError, bucket: str) -> BucketNotFoundError:
+        """The error of a missing ``bucket`` for the stream error that says so (``error``
+        itself when it is one already): the server's codes kept, ``error`` as its cause."""
+        if isinstance(error, BucketNotFoundError):
+            return error
+        out = cls(error.code, error.err_code, f"bucket {bucket!r} not found")
+        out.__cause__ = error
+        return out
+
 
 class KeyNotFoundError(JetStreamError):
     """The key has no value (never written, or gone), or the revision asked for is not one of

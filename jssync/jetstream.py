@@ -241,7 +241,7 @@ class JetStream:
         try:
             return self.update_stream(cfg, timeout=timeout)
         except StreamNotFoundError as exc:
-            raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {bucket!r} not found") from exc
+            raise BucketNotFoundError.of(exc, bucket) from exc
 
     def create_stream(
         self, config: StreamConfig | None = None, *, timeout: float | None = None, **fields: Any
