@@ -356,10 +356,11 @@ def is_transient_create_error(exc: BaseException) -> bool:
 
 def _not_ready(error: BaseException) -> bool:
     """A create failure that says JetStream is not (yet) ready: a 503 no-responders answer, no
-    meta leader / quorum (10008), or no answer at all."""
-    if isinstance(error, JetStreamNotEnabledError):
-        return error.err_code == 0
-    return isinstance(error, (JetStreamUnavailableError, NoRespondersError, builtins.TimeoutError))
+    meta leader / quorum (10008), or no answer at all (the 503 rule is
+    :func:`is_transient_create_error`'s)."""
+    return is_transient_create_error(error) and isinstance(
+        error, (JetStreamNotEnabledError, JetStreamUnavailableError, NoRespondersError, builtins.TimeoutError)
+    )
 
 
 def reset_reason_for(error: BaseException) -> ResetReason | None:
