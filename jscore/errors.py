@@ -454,8 +454,9 @@ class NoHeartbeatError(JetStreamError, TimeoutError):
 class FetchTimeoutError(JetStreamError, TimeoutError):
     """A fetch's pull was not ended by the server in time: nothing (not even its ``408`` or
     ``404``) came by ``expires`` plus a grace, or a ``no_wait`` pull got no answer at all within
-    a second. The server or the link is silent; the messages that did arrive are kept. Also a
-    :class:`TimeoutError`."""
+    a second. The server or the link is silent (or, for ``no_wait``, the consumer is at
+    ``max_ack_pending``: the server holds such a pull without a word); the messages that did
+    arrive are kept. Also a :class:`TimeoutError`."""
 
 
 class PinIdMismatchError(JetStreamError):

@@ -325,7 +325,8 @@ NO_WAIT_TIMEOUT: Final = 5.0
 NO_WAIT_SILENCE: Final = 1.0
 """A no_wait fetch without expires ends with :class:`FetchTimeoutError` when nothing at all
 (message or status) came for this long: a live server answers such a pull at once and without
-pauses, so a second of silence means the server or the link stopped answering."""
+pauses, unless the consumer is at ``max_ack_pending`` (then it holds the pull, silent, until acks
+make room), so a second of silence means that, or a server or link that stopped answering."""
 DEFAULT_NO_RESPONDERS_LIMIT: Final = 3
 DEFAULT_NO_RESPONDERS_BACKOFF: Final = 1.0
 MAX_NO_RESPONDERS_BACKOFF: Final = 10.0
@@ -980,7 +981,8 @@ class FetchMachine(_Machine):
             elif self._silence and now >= self._last_seen + self._silence:
                 timeout = FetchTimeoutError(
                     f"no answer to the no_wait pull for {now - self._last_seen:.3f} s "
-                    f"(a server answers one at once); {self.delivered} message(s) arrived"
+                    f"(a server answers one at once, unless the consumer is at max_ack_pending); "
+                    f"{self.delivered} message(s) arrived"
                 )
                 self._finish(timeout, "no answer", None, FetchEnd.CLIENT_TIMER)
             elif self._hb_window and now >= self._last_seen + self._hb_window:
