@@ -112,6 +112,7 @@ from .pull import (
     fetch_grace,
     pull_subject,
 )
+from .validate import check_bool
 
 
 class ChoiceSource(Protocol):
@@ -285,8 +286,7 @@ class OrderedConsumerOptions(msgspec.Struct, frozen=True, kw_only=True):
         if policy is DeliverPolicy.LAST_PER_SUBJECT and not filters:
             filters = (">",)
 
-        if not isinstance(self.headers_only, bool):
-            raise InvalidOptionError(f"headers_only must be a bool, got {self.headers_only!r}")
+        check_bool(self.headers_only, "headers_only")
         threshold = self.inactive_threshold
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold > 0:
             raise InvalidOptionError(f"inactive_threshold must be > 0 seconds, got {threshold!r}")
@@ -356,10 +356,11 @@ def is_transient_create_error(exc: BaseException) -> bool:
 
 def _not_ready(error: BaseException) -> bool:
     """A create failure that says JetStream is not (yet) ready: a 503 no-responders answer, no
-    meta leader / quorum (10008), or no answer at all."""
-    if isinstance(error, JetStreamNotEnabledError):
-        return error.err_code == 0
-    return isinstance(error, (JetStreamUnavailableError, NoRespondersError, builtins.TimeoutError))
+    meta leader / quorum (10008), or no answer at all (the 503 rule is
+    :func:`is_transient_create_error`'s)."""
+    return is_transient_create_error(error) and isinstance(
+        error, (JetStreamNotEnabledError, JetStreamUnavailableError, NoRespondersError, builtins.TimeoutError)
+    )
 
 
 def reset_reason_for(error: BaseException) -> ResetReason | None:

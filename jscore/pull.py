@@ -62,6 +62,7 @@ from .jsapi import check_consumer_name, check_group_name, check_stream_name
 from .models import ConsumerConfig, PriorityPolicy
 from .protocol import MsgReceived
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Stop
+from .validate import check_bool
 
 __all__ = [
     # wire
@@ -324,7 +325,8 @@ NO_WAIT_TIMEOUT: Final = 5.0
 NO_WAIT_SILENCE: Final = 1.0
 """A no_wait fetch without expires ends with :class:`FetchTimeoutError` when nothing at all
 (message or status) came for this long: a live server answers such a pull at once and without
-pauses, so a second of silence means the server or the link stopped answering."""
+pauses, unless the consumer is at ``max_ack_pending`` (then it holds the pull, silent, until acks
+make room), so a second of silence means that, or a server or link that stopped answering."""
 DEFAULT_NO_RESPONDERS_LIMIT: Final = 3
 DEFAULT_NO_RESPONDERS_BACKOFF: Final = 1.0
 MAX_NO_RESPONDERS_BACKOFF: Final = 10.0
@@ -467,10 +469,8 @@ def resolve_consume_options(
     g, mp, map_, pr, pin = _priority_options(group, min_pending, min_ack_pending, priority, pin_id)
     limit = _count("no_responders_limit", no_responders_limit, 1)
     backoff = _seconds("no_responders_backoff", no_responders_backoff)
-    if not isinstance(no_responders_check, bool):
-        _fail(f"no_responders_check must be a bool, got {no_responders_check!r}")
-    if not isinstance(heartbeat_check, bool):
-        _fail(f"heartbeat_check must be a bool, got {heartbeat_check!r}")
+    check_bool(no_responders_check, "no_responders_check")
+    check_bool(heartbeat_check, "heartbeat_check")
     if backoff <= 0:
         _fail(f"no_responders_backoff must be > 0 seconds, got {no_responders_backoff!r}")
     return ConsumeOptions(
@@ -614,8 +614,7 @@ def resolve_fetch_options(
     * heartbeat: 5 s by default only when expires >= 10 s; explicit values in [0.5, 30] s and
       <= expires / 2; ``heartbeat=0`` switches them off; none for a no_wait pull without expires.
     """
-    if not isinstance(no_wait, bool):
-        _fail(f"no_wait must be a bool, got {type(no_wait).__name__}")
+    check_bool(no_wait, "no_wait")
     if max_messages is None and max_bytes is None:
         _fail("fetch needs max_messages or max_bytes (ADR-37: at least one is required)")
     mb = 0 if max_bytes is None else _count("max_bytes", max_bytes, 1, _MAX_BYTES)
@@ -982,7 +981,8 @@ class FetchMachine(_Machine):
             elif self._silence and now >= self._last_seen + self._silence:
                 timeout = FetchTimeoutError(
                     f"no answer to the no_wait pull for {now - self._last_seen:.3f} s "
-                    f"(a server answers one at once); {self.delivered} message(s) arrived"
+                    f"(a server answers one at once, unless the consumer is at max_ack_pending); "
+                    f"{self.delivered} message(s) arrived"
                 )
                 self._finish(timeout, "no answer", None, FetchEnd.CLIENT_TIMER)
             elif self._hb_window and now >= self._last_seen + self._hb_window:

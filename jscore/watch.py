@@ -25,6 +25,7 @@ from .headers import Headers
 from .ordered import OrderedConsumerCreated, OrderedMachine, OrderedMessageDelivered
 from .protocol import MsgReceived
 from .pull import MessagesTaken
+from .validate import check_bool
 
 __all__ = ["WatchOptions", "WatchState", "WatchChanged", "WatchSkipped", "WatchMachine"]
 
@@ -43,8 +44,7 @@ class WatchOptions(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         for name in ("include_history", "ignore_deletes", "meta_only", "updates_only"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidOptionError(f"{name} must be a bool, not {getattr(self, name)!r}")
+            check_bool(getattr(self, name), name)
         if self.include_history and self.updates_only:
             raise InvalidOptionError("include_history and updates_only exclude each other")
 

@@ -45,7 +45,7 @@ from jscore.models import (
     decode_response,
 )
 
-from jscore.validate import check_timeout
+from jscore.validate import check_bool, check_timeout
 
 from .client import shell_of
 from .consumer import Consumer
@@ -241,7 +241,7 @@ class JetStream:
         try:
             return self.update_stream(cfg, timeout=timeout)
         except StreamNotFoundError as exc:
-            raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {bucket!r} not found") from exc
+            raise BucketNotFoundError.of(exc, bucket) from exc
 
     def create_stream(
         self, config: StreamConfig | None = None, *, timeout: float | None = None, **fields: Any
@@ -394,8 +394,7 @@ class JetStream:
         needs the configuration is checked only once :meth:`Consumer.info` succeeded:
         priority-group options go to the server unchecked until then, and ``cached_info``
         raises :class:`NoConsumerInfoError`."""
-        if not isinstance(bind, bool):
-            raise InvalidOptionError(f"bind must be a bool, got {bind!r}")
+        check_bool(bind, "bind")
         if bind:
             return Consumer(self, None, stream=stream, name=name)
         return Consumer(self, self.consumer_info(stream, name, timeout=timeout))

@@ -69,7 +69,7 @@ def bind_key_value(js: JetStream, bucket: str, timeout: float | None) -> KeyValu
     try:
         info = js.stream_info(K.stream_name(bucket), timeout=timeout)
     except StreamNotFoundError as exc:
-        raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {bucket!r} not found") from exc
+        raise BucketNotFoundError.of(exc, bucket) from exc
     return KeyValue(js, bucket, info)
 
 
@@ -78,7 +78,7 @@ def delete_key_value(js: JetStream, bucket: str, timeout: float | None) -> None:
     try:
         js.delete_stream(K.stream_name(bucket), timeout=timeout)
     except StreamNotFoundError as exc:
-        raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {bucket!r} not found") from exc
+        raise BucketNotFoundError.of(exc, bucket) from exc
 
 
 def key_value_names(js: JetStream, timeout: float | None) -> Iterator[str]:

@@ -93,7 +93,7 @@ def object_store(js: JetStream, bucket: str, *, timeout: float | None = None) ->
     try:
         stream = js.stream(O.stream_name(bucket), timeout=timeout)
     except StreamNotFoundError as exc:
-        raise BucketNotFoundError(f"object store {bucket!r} does not exist") from exc
+        raise BucketNotFoundError.of(exc, bucket) from exc
     return ObjectStore(js, bucket, stream)
 
 
@@ -102,7 +102,7 @@ def delete_object_store(js: JetStream, bucket: str, *, timeout: float | None = N
     try:
         js.delete_stream(O.stream_name(bucket), timeout=timeout)
     except StreamNotFoundError as exc:
-        raise BucketNotFoundError(f"object store {bucket!r} does not exist") from exc
+        raise BucketNotFoundError.of(exc, bucket) from exc
 
 
 def object_store_names(js: JetStream, *, timeout: float | None = None) -> Iterator[str]:
@@ -159,7 +159,7 @@ class ObjectStore:
             except DirectGetNoRespondersError:
                 return self._stream.get_msg(last_by_subject=subject, direct=False, timeout=timeout)
         except StreamNotFoundError as exc:
-            raise BucketNotFoundError(f"object store {self._bucket!r} does not exist") from exc
+            raise BucketNotFoundError.of(exc, self._bucket) from exc
 
     def _info(self, name: str, *, show_deleted: bool, timeout: float | None) -> ObjectInfo:
         O.check_object_name(name)
@@ -400,7 +400,7 @@ class ObjectStore:
         try:
             info = self._stream.info(timeout=timeout)
         except StreamNotFoundError as exc:
-            raise BucketNotFoundError(f"object store {self._bucket!r} does not exist") from exc
+            raise BucketNotFoundError.of(exc, self._bucket) from exc
         cfg = msgspec.structs.replace(info.config, sealed=True)
         self._stream = self._js.update_stream(cfg, timeout=timeout)
 
@@ -409,7 +409,7 @@ class ObjectStore:
         try:
             info: StreamInfo = self._stream.info(timeout=timeout)
         except StreamNotFoundError as exc:
-            raise BucketNotFoundError(f"object store {self._bucket!r} does not exist") from exc
+            raise BucketNotFoundError.of(exc, self._bucket) from exc
         return ObjectStoreStatus.from_stream_info(self._bucket, info)
 
     # ------------------------------------------------------------------ list and watch

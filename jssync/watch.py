@@ -126,8 +126,8 @@ class Watcher(Generic[T]):
         # (other notifications: resets, heartbeats, reconnects are the machine's business)
 
     def _end_locked(self, error: BaseException | None) -> None:
-        if isinstance(error, StreamNotFoundError) and not isinstance(error, BucketNotFoundError):
-            error = BucketNotFoundError(error.code, error.err_code, f"bucket {self._bucket!r} not found")
+        if isinstance(error, StreamNotFoundError):
+            error = BucketNotFoundError.of(error, self._bucket)
         if not self._done:
             self._done = True
             self._q.put(_End(error))

@@ -363,6 +363,25 @@ def test_watch_callback_survives_a_server_restart(
     assert got == expected  # nothing twice
 
 
+def test_watch_of_a_deleted_bucket_ends_with_bucket_not_found(js: JetStream) -> None:
+    """As the docs say: a deleted bucket ends the watch with BucketNotFoundError, raised by
+    next() or kept in watcher.error with a callback."""
+    bucket = "wdel" + secrets.token_hex(4)
+    obs = js.create_object_store(bucket, storage="memory")
+    obs.put("a", b"1")
+    w = obs.watch()
+    caught_up = threading.Event()
+    cw = obs.watch(callback=lambda info: caught_up.set() if info is None else None)
+    assert w.next(5.0) is not None and w.next(5.0) is None and caught_up.wait(5.0)
+    js.delete_object_store(bucket)
+    with pytest.raises(BucketNotFoundError):
+        while True:
+            w.next(10.0)
+    w.stop()
+    assert cw.wait(10.0), "the callback watch did not end when its bucket was deleted"
+    assert isinstance(cw.error, BucketNotFoundError), cw.error
+
+
 class _Failing:
     """A file object that fails after ``n`` bytes."""
 

@@ -268,3 +268,27 @@ def test_a_fetch_cut_off_by_a_lost_connection_says_so(
     assert result.messages() == []
     assert isinstance(result.error, ConnectionLostError), result.error
     assert time.monotonic() - t0 < 3.0
+
+
+def test_a_no_wait_fetch_at_max_ack_pending_is_held_silent_by_a_live_server(
+    nats_server_factory: Callable[..., Any], clients: Callable[..., Client]
+) -> None:
+    """A live server holds a no_wait pull without a word while the consumer is at
+    max_ack_pending: the fetch ends by the silence rule (FetchTimeoutError, saying that this
+    may be the cause, not only a dead server) and loses nothing: once the first message is
+    acked the next no_wait fetch gets the second."""
+    srv = nats_server_factory()
+    js = clients(srv.url).jetstream()
+    js.create_stream(name="MAP", subjects=["map.>"], storage="memory")
+    for i in range(3):
+        js.publish("map.a", b"%d" % i)
+    consumer = js.create_consumer("MAP", durable_name="D", max_ack_pending=1)
+    [first] = consumer.fetch(1, no_wait=True).messages()
+    t0 = time.monotonic()
+    held = consumer.fetch(1, no_wait=True)
+    assert held.messages() == []
+    assert time.monotonic() - t0 < 2.0
+    assert isinstance(held.error, FetchTimeoutError), held.error
+    assert "max_ack_pending" in str(held.error), held.error
+    first.ack_sync()
+    assert [m.data for m in consumer.fetch(1, no_wait=True).messages()] == [b"1"]
