@@ -266,13 +266,16 @@ class _ConsumeDriver(_Driver):
         except (ConsumerNotFoundError, StreamNotFoundError) as exc:
             exc.__cause__ = cause
             answer = P.ConsumerGone(error=exc)
-        except NatsError:
+        except (NatsError, TimeoutError):
             pass  # JetStream unreachable or electing: the machine keeps retrying / watching
-        shell = self._shell
-        with shell.lock:
-            self._checking = False
-            if answer is not None:
-                self._command(answer)
+        finally:
+            # Whatever the check ended with (even an unexpected error on this thread), the
+            # next late heartbeat or run of 503s may ask again.
+            shell = self._shell
+            with shell.lock:
+                self._checking = False
+                if answer is not None:
+                    self._command(answer)
 
     def took(self, count: int, size: int) -> None:
         """A reader took ``count`` messages of ``size`` bytes from the queue (any thread);
