@@ -123,10 +123,13 @@ class _Worker:
         self.ok_times: list[float] = []
         self.crash: str | None = None
         self.client: Client | None = None
+        self.rotation = soak.next_rotation()
         self.thread = threading.Thread(target=self._main, name=f"soak-{name}", daemon=True)
 
     def connect(self) -> Client:
         servers = self.soak.proxy_urls if self.proxied else self.soak.cluster.urls
+        k = self.rotation
+        servers = servers[k:] + servers[:k]  # (the workers do not all start on the first node)
         extra = {"ignore_discovered_servers": True} if self.proxied else {}
         self.client = connect(servers, name=f"soak-{self.name}", **CLIENT_OPTIONS, **extra)
         return self.client
@@ -313,10 +316,13 @@ class _Consume(_Worker):
         super().__init__(soak, "consume", proxied=False)
         self.log = ConsumerLog("consume")
         self.notes: dict[str, int] = {}
+        self.note_log: list[str] = []
 
     def on_event(self, event: Any) -> None:
         name = type(event).__name__
         self.notes[name] = self.notes.get(name, 0) + 1
+        if len(self.note_log) < 100:
+            self.note_log.append(f"{time.monotonic() - self.soak.t0:.2f} {event!r}"[:300])
 
     def handler(self, msg: Any) -> None:
         _record(self, self.log, msg)
@@ -359,6 +365,7 @@ class _Fetch(_Worker):
                         self.log.error(exc)  # redelivered after ack_wait
                 if result.error is not None:
                     self.log.error(result.error)
+                    time.sleep(0.1)  # (no responders, a leader change ...: a short pause, as an application would)
             except NatsError as exc:
                 self.log.error(exc)
                 time.sleep(0.1)
@@ -514,7 +521,12 @@ class _Soak:
         self.proxies = [FaultProxy(s.url, capture=False, seed=cfg.seed + i) for i, s in enumerate(cluster.servers)]
         self.proxy_urls = [p.url for p in self.proxies]
         self.write_id = f"w{cfg.seed}"
+        self._rotation = 0
         self.ctl = connect(cluster.urls, name="soak-control", **CLIENT_OPTIONS)
+
+    def next_rotation(self) -> int:
+        self._rotation += 1
+        return self._rotation % len(self.cluster)
 
     def close(self) -> None:
         try:
@@ -608,11 +620,13 @@ def _recovery(faults: list[dict[str, Any]], workers: list[_Worker], t0: float, u
     return {"worst": worst, "by_kind": per_kind}
 
 
-def _max_gaps(workers: list[_Worker], start: float, end: float) -> dict[str, float]:
-    out: dict[str, float] = {}
+def _max_gaps(workers: list[_Worker], start: float, end: float, t0: float) -> dict[str, dict[str, float]]:
+    """Per worker, the longest time without a success (and when it began, seconds into the run)."""
+    out: dict[str, dict[str, float]] = {}
     for w in workers:
         points = [start, *(t for t in w.ok_times if start <= t <= end), end]
-        out[w.name] = round(max(b - a for a, b in zip(points, points[1:])), 3)
+        gap, at = max((b - a, a) for a, b in zip(points, points[1:]))
+        out[w.name] = {"gap_s": round(gap, 3), "from_s": round(at - t0, 1)}
     return out
 
 
@@ -695,13 +709,14 @@ def run_soak(cluster: NatsCluster, cfg: SoakConfig, progress: Callable[[str], No
                     "distinct": c.log.distinct,
                     "errors": dict(sorted(c.log.errors.items())),
                     **({"restarts_after_error": c.restarts} if isinstance(c, _Ordered) else {}),
-                    **({"notifications": dict(sorted(c.notes.items()))} if isinstance(c, _Consume) else {}),
+                    **({"notifications": dict(sorted(c.notes.items())), "notification_log": c.note_log}
+                       if isinstance(c, _Consume) else {}),
                 }
                 for c in cons
             },
             "drained_in_s": round(drained_in, 1),
             "recovery": _recovery(faults.log, workers, soak.t0, t_load_end),
-            "max_gap_between_successes_s": _max_gaps(workers, soak.t0 + cfg.warmup, t_load_end),
+            "max_gap_between_successes_s": _max_gaps(workers, soak.t0 + cfg.warmup, t_load_end, soak.t0),
             "reconnects": {w.name: (w.client.stats["reconnects"] if w.client else None) for w in workers},
             "calls": soak.times.summary(),
             "memory_kib": {"before": mem_before, "after_load": mem_load, "end": mem_end},
