@@ -36,9 +36,10 @@ def _summary(report: dict[str, Any]) -> str:
     lines.append(f"worst recovery: {rec}")
     lines.append(f"recovery by kind: {report['recovery']['by_kind']}")
     lines.append(f"max gap between successes: {report['max_gap_between_successes_s']}")
-    worst = max(report["calls"].items(), key=lambda kv: kv[1]["worst_s"] - kv[1]["bound_s"], default=None)
-    if worst:
-        lines.append(f"calls: {report['calls']}")
+    lines.append(f"calls: {report['calls']}")
+    lines.append(f"process stalls (probe): {report['process_stalls']}")
+    if report["over_timeout_while_process_stalled"]:
+        lines.append(f"over a bound only while the process was stalled: {report['over_timeout_while_process_stalled']}")
     mem = report["memory_kib"]
     lines.append(f"memory: VmHWM {mem['end'].get('VmHWM', 0) / 1024:.1f} MiB "
                  f"(after the load {mem['after_load'].get('VmHWM', 0) / 1024:.1f} MiB, "

@@ -42,15 +42,18 @@ from jssync.spark import PartitionWriter, WriteOptions
 from tests.support.proxy import FaultProxy
 
 from .ledger import (
+    ACKED_NO_SEQ,
+    AMBIGUOUS,
     ASYNC,
     BULK,
+    FAILED,
     SYNC,
+    UNRESOLVED,
     CallTimes,
     ConsumerLog,
     Ledger,
     PublisherLedger,
     check,
-    code_of,
     parse_payload,
 )
 
@@ -171,11 +174,8 @@ class _SyncPublisher(_Worker):
         cfg = self.soak.cfg
         js = self.connect().jetstream(timeout=cfg.js_timeout)
         led = self.ledger
-        n = 0
         while not self.stopping:
-            n += 1
-            led.attempted = n
-            code = code_of(SYNC, n)
+            n = led.attempt()
             payload = b"s%d|%s" % (n, _PAD)
             mid = f"s{n}"
             outcome = ""
@@ -196,13 +196,13 @@ class _SyncPublisher(_Worker):
                 if outcome == "ambiguous":
                     led.resolved_by_retry += 1
                 outcome = "acked"
-                led.acked[code] = ack.seq
+                led.settle(n, ack.seq)
                 self.ok()
                 break
             if outcome == "ambiguous":
-                led.ambiguous.add(code)
+                led.settle(n, AMBIGUOUS)
             elif outcome == "failed":
-                led.failed.add(code)
+                led.settle(n, FAILED)
             time.sleep(cfg.sync_every)
 
 
@@ -219,14 +219,11 @@ class _AsyncPublisher(_Worker):
         budget = cfg.js_timeout * 3
         settle = budget + 30.0  # a future settles by its re-send budget (timers stop while disconnected)
         led = self.ledger
-        n = 0
         while not self.stopping:
             started = time.monotonic()
             futs = []
             for _ in range(cfg.async_batch):
-                n += 1
-                led.attempted = n
-                code = code_of(ASYNC, n)
+                n = led.attempt()
                 mid = f"a{n}"
                 payload = b"a%d|%s" % (n, _PAD)
                 try:
@@ -235,20 +232,20 @@ class _AsyncPublisher(_Worker):
                         lambda: js.publish_async(f"{SUBJECT}.a", payload, msg_id=mid, timeout=cfg.js_timeout), mid,
                     )
                 except NatsError as exc:
-                    (led.failed if led.error(exc) == "failed" else led.ambiguous).add(code)
+                    led.settle(n, FAILED if led.error(exc) == "failed" else AMBIGUOUS)
                     continue
-                futs.append((code, fut))
-            for code, fut in futs:
+                futs.append((n, fut))
+            for n, fut in futs:
                 try:
                     ack = self.timed("PubAckFuture.result", settle, lambda: fut.result(timeout=settle), fut.msg_id or "")
                 except NatsError as exc:
                     if not fut.done():
                         self.unsettled += 1
-                        led.ambiguous.add(code)
+                        led.settle(n, AMBIGUOUS)
                         continue
-                    (led.failed if led.error(exc) == "failed" else led.ambiguous).add(code)
+                    led.settle(n, FAILED if led.error(exc) == "failed" else AMBIGUOUS)
                     continue
-                led.acked[code] = ack.seq
+                led.settle(n, ack.seq)
                 self.ok()
             time.sleep(max(0.0, cfg.async_every - (time.monotonic() - started)))
 
@@ -277,7 +274,7 @@ class _BulkPublisher(_Worker):
         while not self.stopping:
             started = time.monotonic()
             rows = [b"b%d.%d|%s" % (p, r, _PAD) for r in range(cfg.bulk_rows)]
-            led.partitions[p] = len(rows)
+            led.settle_partition(p, len(rows), UNRESOLVED)
             outcome = "ambiguous"
             for attempt in range(3):
                 self.attempts += 1
@@ -293,12 +290,11 @@ class _BulkPublisher(_Worker):
                     continue
                 outcome = "acked"
                 break
-            codes = [code_of(BULK, p, r) for r in range(len(rows))]
             if outcome == "acked":
-                led.acked.update(dict.fromkeys(codes, 0))
+                led.settle_partition(p, len(rows), ACKED_NO_SEQ)
                 self.ok()
             else:
-                led.ambiguous.update(codes)  # earlier attempts may have stored some of them
+                led.settle_partition(p, len(rows), AMBIGUOUS)  # the attempts may have stored some rows
             p += 1
             time.sleep(max(0.0, cfg.bulk_every - (time.monotonic() - started)))
 
@@ -343,9 +339,21 @@ class _Consume(_Worker):
 
 
 class _Fetch(_Worker):
+    """``fetch()`` in a loop; ``ack()`` for every message, ``ack_sync()`` for every 20th (so
+    both are exercised and the loop keeps up with the publishers)."""
+
     def __init__(self, soak: _Soak) -> None:
         super().__init__(soak, "fetch", proxied=True)
         self.log = ConsumerLog("fetch")
+        self.error_log: list[str] = []
+
+    def _note(self, exc: BaseException) -> None:
+        self.log.error(exc)
+        line = f"{time.monotonic() - self.soak.t0:.2f} {type(exc).__name__}: {exc}"[:200]
+        if len(self.error_log) < 60:
+            self.error_log.append(line)
+        else:
+            self.error_log[40 + len(self.error_log) % 20] = line  # (the first 40, then a ring)
 
     def run(self) -> None:
         cfg = self.soak.cfg
@@ -353,25 +361,33 @@ class _Fetch(_Worker):
         consumer = js.consumer(STREAM, "C_FETCH", bind=True)
         bound = cfg.fetch_expires + fetch_grace(cfg.fetch_expires)
         stop = self.soak.stop_consuming
+        k = 0
         while not stop.is_set():
             t0 = time.monotonic()
+            busy = 0.0  # time spent in our own processing (acks), not the fetch's
             try:
                 result = consumer.fetch(cfg.fetch_batch, expires=cfg.fetch_expires)
                 for msg in result:
+                    b0 = time.monotonic()
                     _record(self, self.log, msg)
+                    k += 1
                     try:
-                        self.timed("JsMsg.ack_sync", 2.0, lambda: msg.ack_sync(timeout=2.0))
+                        if k % 20:
+                            msg.ack()
+                        else:
+                            self.timed("JsMsg.ack_sync", 2.0, lambda: msg.ack_sync(timeout=2.0))
                     except NatsError as exc:
-                        self.log.error(exc)  # redelivered after ack_wait
+                        self._note(exc)  # redelivered after ack_wait
+                    busy += time.monotonic() - b0
                 if result.error is not None:
-                    self.log.error(result.error)
+                    self._note(result.error)
                     time.sleep(0.1)  # (no responders, a leader change ...: a short pause, as an application would)
             except NatsError as exc:
-                self.log.error(exc)
+                self._note(exc)
                 time.sleep(0.1)
             finally:
                 t1 = time.monotonic()
-                self.soak.times.record("Consumer.fetch", t1 - t0, bound, t0 - self.soak.t0)
+                self.soak.times.record("Consumer.fetch", t1 - t0 - busy, bound, t0 - self.soak.t0)
 
 
 class _Ordered(_Worker):
@@ -406,6 +422,62 @@ class _Ordered(_Worker):
                 self.restarts += 1
             finally:
                 self.timed("OrderedMessageStream.stop", 30.0, stream.stop)
+
+
+# ----------------------------------------------------------------------------- stall probe
+
+
+def _runqueue_wait_ns() -> int:
+    """Time this thread spent runnable but not running (waiting for a CPU), from the kernel."""
+    try:
+        with open("/proc/thread-self/schedstat") as fh:
+            return int(fh.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class _Probe:
+    """Sleeps 10 ms at a time and records how late it wakes: when this process is not given a
+    CPU (a loaded machine) or the GIL (a thread holding it), every call's wake-up is late by as
+    much. Each stall over 50 ms is kept with how much of it the kernel says was spent waiting
+    for a CPU."""
+
+    def __init__(self, soak: _Soak) -> None:
+        self.soak = soak
+        self.stalls: list[tuple[float, float, float]] = []  # (start, seconds late, of it waiting for a CPU)
+        self.worst = 0.0
+        self.thread = threading.Thread(target=self.run, name="soak-probe", daemon=True)
+
+    def run(self) -> None:
+        done = self.soak.stop_consuming
+        while not done.is_set():
+            rq0 = _runqueue_wait_ns()
+            t0 = time.monotonic()
+            time.sleep(0.01)
+            late = time.monotonic() - t0 - 0.01
+            if late > 0.05:
+                self.stalls.append((t0, late, (_runqueue_wait_ns() - rq0) / 1e9))
+            self.worst = max(self.worst, late)
+
+    def during(self, start: float, end: float) -> tuple[float, float]:
+        """(the stalls, and the CPU wait in them) overlapping [start, end] (monotonic times), summed."""
+        late_sum = rq_sum = 0.0
+        for t, late, rq in self.stalls:
+            if t <= end and t + late + 0.01 >= start:
+                late_sum += late
+                rq_sum += rq
+        return late_sum, rq_sum
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "worst_wakeup_late_s": round(self.worst, 3),
+            "stalls_over_50ms": len(self.stalls),
+            "stalls_over_250ms": sum(1 for _, late, _ in self.stalls if late > 0.25),
+            "worst": [
+                {"at_s": round(t - self.soak.t0, 1), "late_s": round(late, 3), "waiting_for_cpu_s": round(rq, 3)}
+                for t, late, rq in sorted(self.stalls, key=lambda x: -x[1])[:5]
+            ],
+        }
 
 
 # ----------------------------------------------------------------------------- faults
@@ -568,21 +640,27 @@ def _stream_last_seq(ctl: Client, timeout: float) -> tuple[int, int]:
             time.sleep(0.25)
 
 
-def _read_back(cluster: NatsCluster, expected: int, last_seq: int, timeout: float) -> list[tuple[int, bytes]]:
-    """The whole stream by batched direct get, from a fresh client; read again until the count
-    matches the stream's state (a replica answering a direct get may lag behind)."""
+def _read_back(
+    cluster: NatsCluster, expected: int, last_seq: int, timeout: float
+) -> tuple[list[tuple[int, int]], dict[int, bytes]]:
+    """The whole stream by batched direct get, from a fresh client, as (seq, ledger code), and
+    the payloads that are not ledger ids; read again until the count matches the stream's
+    state (a replica answering a direct get may lag behind)."""
     with connect(cluster.urls, name="soak-readback", **CLIENT_OPTIONS) as nc:
         stream = nc.jetstream(timeout=timeout).stream(STREAM)
         deadline = time.monotonic() + 60.0
         while True:
-            out: list[tuple[int, bytes]] = []
+            out: list[tuple[int, int]] = []
+            raw: dict[int, bytes] = {}
             seq = 1
             try:
                 while seq <= last_seq:
-                    it = stream.direct_get_batch(seq=seq, batch=1000, timeout=timeout)
                     got = 0
-                    for m in it:
-                        out.append((m.seq, m.data))
+                    for m in stream.direct_get_batch(seq=seq, batch=1000, timeout=timeout):
+                        code = parse_payload(m.data)
+                        if code < 0 and len(raw) < 100:
+                            raw[m.seq] = m.data[:64]
+                        out.append((m.seq, code))
                         got += 1
                     if not got:
                         break
@@ -593,8 +671,27 @@ def _read_back(cluster: NatsCluster, expected: int, last_seq: int, timeout: floa
                 time.sleep(0.5)
                 continue
             if len(out) == expected or time.monotonic() > deadline:
-                return out
+                return out, raw
             time.sleep(0.5)
+
+
+def _consumer_state(ctl: Client, name: str, timeout: float) -> dict[str, Any]:
+    """What the server says of a durable (for the report: a consumer that fell behind)."""
+    try:
+        info = ctl.jetstream(timeout=timeout).consumer_info(STREAM, name)
+    except NatsError as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    cluster = info.cluster
+    return {
+        "delivered_stream_seq": info.delivered.stream_seq,
+        "ack_floor_stream_seq": info.ack_floor.stream_seq,
+        "num_pending": info.num_pending,
+        "num_ack_pending": info.num_ack_pending,
+        "num_redelivered": info.num_redelivered,
+        "num_waiting": info.num_waiting,
+        "leader": cluster.leader if cluster else None,
+        "replicas": [(r.name, r.current, r.offline, r.lag) for r in (cluster.replicas or [])] if cluster else None,
+    }
 
 
 def _recovery(faults: list[dict[str, Any]], workers: list[_Worker], t0: float, until: float) -> dict[str, Any]:
@@ -643,7 +740,9 @@ def run_soak(cluster: NatsCluster, cfg: SoakConfig, progress: Callable[[str], No
         cons: list[Any] = [_Consume(soak), _Fetch(soak), _Ordered(soak)]
         workers.extend(pubs + cons)
         faults = _Faults(soak)
+        probe = _Probe(soak)
         soak.t0 = time.monotonic()
+        probe.thread.start()
         for w in workers:
             w.thread.start()
         faults.thread.start()
@@ -652,8 +751,8 @@ def run_soak(cluster: NatsCluster, cfg: SoakConfig, progress: Callable[[str], No
         while time.monotonic() < t_end:
             time.sleep(min(10.0, max(0.0, t_end - time.monotonic())))
             if time.monotonic() < t_end:
-                acked = sum(len(p.ledger.acked) for p in pubs)
-                say(f"  t={time.monotonic() - soak.t0:5.0f}s acked={acked} faults={len(faults.log)}")
+                acked = sum(p.ledger.attempted for p in pubs)
+                say(f"  t={time.monotonic() - soak.t0:5.0f}s published={acked} faults={len(faults.log)}")
         soak.stop_faults.set()
         faults.thread.join(120.0)
         t_load_end = time.monotonic()
@@ -674,12 +773,17 @@ def run_soak(cluster: NatsCluster, cfg: SoakConfig, progress: Callable[[str], No
                 break
             time.sleep(0.2)
         drained_in = time.monotonic() - drain_start
+        consumer_infos = {name: _consumer_state(soak.ctl, name, cfg.js_timeout) for name in ("C_CONSUME", "C_FETCH")}
         soak.stop_consuming.set()
         for w in cons:
             w.thread.join(60.0)
-        stored = _read_back(cluster, messages, last_seq, cfg.js_timeout)
+        stored, raw = _read_back(cluster, messages, last_seq, cfg.js_timeout)
+        for over in soak.times.over:
+            late, rq = probe.during(soak.t0 + over["at"], soak.t0 + over["at"] + over["elapsed"])
+            over["process_stalled_s"] = round(late, 3)
+            over["of_it_waiting_for_cpu_s"] = round(rq, 3)
         ledger = Ledger([p.ledger for p in pubs], [c.log for c in cons], soak.times)
-        violations = check(ledger, stored)
+        violations = check(ledger, stored, raw)
         for w in [*workers]:
             if w.thread.is_alive():
                 violations.setdefault("worker_hung", {"count": 0, "examples": []})
@@ -715,10 +819,16 @@ def run_soak(cluster: NatsCluster, cfg: SoakConfig, progress: Callable[[str], No
                 for c in cons
             },
             "drained_in_s": round(drained_in, 1),
+            "consumer_infos_after_drain": consumer_infos,
+            "fetch_error_log": cons[1].error_log,
+            "last_success_s": {w.name: round(w.ok_times[-1] - soak.t0, 1) if w.ok_times else None for w in workers},
+            "connected_to": {w.name: (w.client.connected_url if w.client else None) for w in workers},
             "recovery": _recovery(faults.log, workers, soak.t0, t_load_end),
             "max_gap_between_successes_s": _max_gaps(workers, soak.t0 + cfg.warmup, t_load_end, soak.t0),
             "reconnects": {w.name: (w.client.stats["reconnects"] if w.client else None) for w in workers},
             "calls": soak.times.summary(),
+            "process_stalls": probe.summary(),
+            "over_timeout_while_process_stalled": [o for o in soak.times.over if soak.times.excused(o)][:20],
             "memory_kib": {"before": mem_before, "after_load": mem_load, "end": mem_end},
             "violations": violations,
         }
