@@ -214,6 +214,10 @@ class ConsumerLog:
         if c < 255:
             seen[seq] = c + 1
 
+    @property
+    def seen_bytes(self) -> int:
+        return len(self._seen)
+
     def covers(self, seqs: Iterable[int]) -> bool:
         seen = self._seen
         n = len(seen)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import random
+from array import array
 import threading
 import time
 import traceback
@@ -123,7 +124,7 @@ class _Worker:
         self.soak = soak
         self.name = name
         self.proxied = proxied
-        self.ok_times: list[float] = []
+        self.ok_times = array("d")  # (8 bytes a success: the ledger must stay small on long runs)
         self.crash: str | None = None
         self.client: Client | None = None
         self.rotation = soak.next_rotation()
@@ -675,6 +676,21 @@ def _read_back(
             time.sleep(0.5)
 
 
+def _bookkeeping_kib(workers: list[_Worker]) -> int:
+    """What the soak itself holds for the check at the end of the load (the ledger, the
+    consumers' logs, the success times), roughly: it is part of the process's memory."""
+    total = 0
+    for w in workers:
+        total += w.ok_times.itemsize * len(w.ok_times)
+        led = getattr(w, "ledger", None)
+        if led is not None:
+            total += led.states.itemsize * len(led.states) + 100 * len(led.partitions)
+        log = getattr(w, "log", None)
+        if log is not None:
+            total += 16 * len(log.seqs) + log.seen_bytes
+    return total // 1024
+
+
 def _consumer_state(ctl: Client, name: str, timeout: float) -> dict[str, Any]:
     """What the server says of a durable (for the report: a consumer that fell behind)."""
     try:
@@ -829,7 +845,12 @@ def run_soak(cluster: NatsCluster, cfg: SoakConfig, progress: Callable[[str], No
             "calls": soak.times.summary(),
             "process_stalls": probe.summary(),
             "over_timeout_while_process_stalled": [o for o in soak.times.over if soak.times.excused(o)][:20],
-            "memory_kib": {"before": mem_before, "after_load": mem_load, "end": mem_end},
+            "memory_kib": {
+                "before": mem_before,
+                "after_load": mem_load,
+                "end": mem_end,
+                "soak_bookkeeping_at_load_end_estimate": _bookkeeping_kib(workers),
+            },
             "violations": violations,
         }
         return report
