@@ -39,7 +39,8 @@ from jscore.models import StorageType
 from jscore.pull import fetch_grace
 from jssync import Client, connect
 from jssync.server import NatsCluster
-from jssync.spark import PartitionWriter, WriteOptions
+from jssync.spark._config import WriteOptions
+from jssync.spark._writer import PartitionWriter
 from tests.support.proxy import FaultProxy
 
 from .ledger import (
@@ -134,7 +135,7 @@ class _Worker:
         servers = self.soak.proxy_urls if self.proxied else self.soak.cluster.urls
         k = self.rotation
         servers = servers[k:] + servers[:k]  # (the workers do not all start on the first node)
-        extra = {"ignore_discovered_servers": True} if self.proxied else {}
+        extra: dict[str, Any] = {"ignore_discovered_servers": True} if self.proxied else {}
         self.client = connect(servers, name=f"soak-{self.name}", **CLIENT_OPTIONS, **extra)
         return self.client
 
