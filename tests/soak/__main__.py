@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     length.add_argument("--seconds", type=float, help="the same in seconds")
     ap.add_argument("--seed", type=int, default=None, help="the faults' random seed (default: from the clock)")
     ap.add_argument("--json", metavar="OUT", help="write the whole report there")
+    ap.add_argument("--fetch-sync-ack-every", type=int, default=20, metavar="N",
+                    help="the fetch loop acks every N-th message with ack_sync, the others with ack (default 20)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
     args = ap.parse_args(argv)
     seconds = args.seconds if args.seconds is not None else 60.0 * (args.minutes if args.minutes is not None else 5.0)
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = NatsCluster(3, name="jssync-soak")
     try:
         cluster.start(60.0)
-        report = run_soak(cluster, SoakConfig(seconds=seconds, seed=seed), progress=say)
+        report = run_soak(cluster, SoakConfig(seconds=seconds, seed=seed, fetch_sync_ack_every=max(1, args.fetch_sync_ack_every)), progress=say)
     finally:
         cluster.cleanup()
     if args.json:

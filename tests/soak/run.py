@@ -97,6 +97,7 @@ class SoakConfig:
     bulk_ack_timeout: float = 5.0
     bulk_retries: int = 3
     fetch_batch: int = 200
+    fetch_sync_ack_every: int = 20  # every n-th message fetched is acked with ack_sync, the others with ack
     fetch_expires: float = 2.0
     consume_expires: float = 5.0
     consume_heartbeat: float = 1.0
@@ -348,6 +349,8 @@ class _Fetch(_Worker):
         super().__init__(soak, "fetch", proxied=True)
         self.log = ConsumerLog("fetch")
         self.error_log: list[str] = []
+        self.empty_streak = 0  # fetches in a row that ended with nothing and no error
+        self.worst_empty_streak = 0
 
     def _note(self, exc: BaseException) -> None:
         self.log.error(exc)
@@ -369,12 +372,14 @@ class _Fetch(_Worker):
             busy = 0.0  # time spent in our own processing (acks), not the fetch's
             try:
                 result = consumer.fetch(cfg.fetch_batch, expires=cfg.fetch_expires)
+                got = 0
                 for msg in result:
+                    got += 1
                     b0 = time.monotonic()
                     _record(self, self.log, msg)
                     k += 1
                     try:
-                        if k % 20:
+                        if k % cfg.fetch_sync_ack_every:
                             msg.ack()
                         else:
                             self.timed("JsMsg.ack_sync", 2.0, lambda: msg.ack_sync(timeout=2.0))
@@ -384,6 +389,11 @@ class _Fetch(_Worker):
                 if result.error is not None:
                     self._note(result.error)
                     time.sleep(0.1)  # (no responders, a leader change ...: a short pause, as an application would)
+                elif not got:
+                    self.empty_streak += 1
+                    self.worst_empty_streak = max(self.worst_empty_streak, self.empty_streak)
+                if got:
+                    self.empty_streak = 0
             except NatsError as exc:
                 self._note(exc)
                 time.sleep(0.1)
@@ -838,6 +848,7 @@ def run_soak(cluster: NatsCluster, cfg: SoakConfig, progress: Callable[[str], No
             "drained_in_s": round(drained_in, 1),
             "consumer_infos_after_drain": consumer_infos,
             "fetch_error_log": cons[1].error_log,
+            "fetch_empty_streak": {"worst": cons[1].worst_empty_streak, "at_end": cons[1].empty_streak},
             "last_success_s": {w.name: round(w.ok_times[-1] - soak.t0, 1) if w.ok_times else None for w in workers},
             "connected_to": {w.name: (w.client.connected_url if w.client else None) for w in workers},
             "recovery": _recovery(faults.log, workers, soak.t0, t_load_end),
