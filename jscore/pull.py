@@ -329,7 +329,12 @@ pauses, unless the consumer is at ``max_ack_pending`` (then it holds the pull, s
 make room), so a second of silence means that, or a server or link that stopped answering."""
 DEFAULT_NO_RESPONDERS_LIMIT: Final = 3
 DEFAULT_NO_RESPONDERS_BACKOFF: Final = 1.0
-MAX_NO_RESPONDERS_BACKOFF: Final = 10.0
+MAX_NO_RESPONDERS_BACKOFF: Final = 2.0
+"""The longest wait between pulls answered 503 (or the first backoff, if longer). A 503 to a
+pull means the consumer has no leader yet (an election after a node died) or JetStream is not
+available; a pull is cheap for the server, so the consume asks at least every 2 s and resumes
+within 2 s of the election (nats.go waits up to 10 s, which a ledger soak measured as 15 s of
+stall after the consumer leader's node was killed)."""
 REFUSED_BACKOFF: Final = 1.0
 """Consume: the first wait before re-pulling after a refused pull that was refused again, or
 after an unknown status (doubled per repetition without a message in between)."""
@@ -433,7 +438,8 @@ def resolve_consume_options(
       max_bytes); a threshold above its limit is an error, and so is the threshold of the
       limit not in use (it would be silently ignored).
     * ``no_responders_limit`` (K): consecutive 503s after which the consume ends;
-      ``no_responders_backoff``: the first retry delay, doubled per 503, capped at 10 s.
+      ``no_responders_backoff``: the first retry delay, doubled per 503, capped at
+      :data:`MAX_NO_RESPONDERS_BACKOFF` (or the first delay, if longer).
       ``no_responders_check``: instead of ending, every K-th 503 in a row asks the transport
       whether the consumer still exists (:class:`ConsumerCheckRequested`); it answers
       :class:`ConsumerGone` or nothing, and the consume keeps retrying meanwhile (a cluster
@@ -1463,7 +1469,8 @@ class ConsumeMachine(_Machine):
                 self._events.append(StatusWarning(code=code, description=desc, error=error))
                 self.pending_messages = self.pending_bytes = 0
                 delay = self.options.no_responders_backoff * 2 ** (self._no_responders - 1)
-                self._retry_at = now + min(delay, MAX_NO_RESPONDERS_BACKOFF)
+                cap = max(MAX_NO_RESPONDERS_BACKOFF, self.options.no_responders_backoff)
+                self._retry_at = now + min(delay, cap)
             case D.TERMINAL:
                 self._terminate(status_error(rule, code, desc), f"{code} {desc}".rstrip())
                 return

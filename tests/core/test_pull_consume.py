@@ -528,18 +528,27 @@ def test_no_responders_check_must_be_a_bool() -> None:
         resolve_consume_options(no_responders_check="yes")  # type: ignore[arg-type]
 
 
-def test_backoff_is_capped() -> None:
-    m, _ = machine(max_messages=10, no_responders_limit=100, no_responders_backoff=4.0)
+def _no_responder_delays(backoff: float, n: int = 5) -> list[float]:
+    m, _ = machine(max_messages=10, no_responders_limit=100, no_responders_backoff=backoff)
     now = 0.0
     delays = []
-    for _ in range(5):
+    for _ in range(n):
         m.receive_msg(status(503), now)
         deadline = m.next_deadline()
         assert deadline is not None
         delays.append(deadline - now)
         now = deadline
         m.handle_timeout(now)
-    assert delays == [4.0, 8.0, 10.0, 10.0, 10.0]
+    return delays
+
+
+def test_backoff_is_capped() -> None:
+    """503s (no consumer leader yet) are retried at least every 2 s: a consume resumes within
+    2 s of a consumer leader election, however long it took."""
+    assert _no_responder_delays(0.5) == [0.5, 1.0, 2.0, 2.0, 2.0]
+    assert _no_responder_delays(1.0) == [1.0, 2.0, 2.0, 2.0, 2.0]
+    # a first delay chosen longer than the cap is kept, not doubled
+    assert _no_responder_delays(4.0) == [4.0, 4.0, 4.0, 4.0, 4.0]
 
 
 def test_consumer_deleted_is_terminal() -> None:
