@@ -190,3 +190,30 @@ def test_a_bad_config_field_sends_nothing(
     # and a good call is seen (the monitor works)
     js.stream_info("TYPED_SIG")
     assert monitor.seen(js) == ["$JS.API.STREAM.INFO.TYPED_SIG"]
+
+
+# ---------------------------------------------------------------------------- headers of the wrong shape
+
+
+@pytest.mark.parametrize("bad", [5, "X-A: 1", b"", 2.5])
+def test_headers_of_the_wrong_shape_name_headers_and_send_nothing(js: JetStream, bad: Any) -> None:
+    nc = js.client
+    sub = nc.subscribe("typed.hdr")
+    nc.flush(timeout=5.0)
+    calls = [
+        lambda: nc.publish("typed.hdr", b"x", headers=bad),
+        lambda: nc.request("typed.hdr", b"x", headers=bad, timeout=1.0),
+        lambda: js.publish("typed.sig", b"x", headers=bad),
+        lambda: js.publish("typed.sig", b"x", headers=bad, msg_id="m1"),
+        lambda: js.publish_async("typed.sig", b"x", headers=bad),
+        lambda: js.publish_async("typed.sig", b"x", headers=bad, auto_msg_id=True),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidOptionError, match="^headers must be "):
+            call()
+    js.publish_async_complete(timeout=5.0)
+    nc.flush(timeout=5.0)
+    with pytest.raises(jssync.errors.TimeoutError):
+        sub.next_msg(timeout=0.3)
+    sub.unsubscribe()
+    assert _stored(js) == 0
