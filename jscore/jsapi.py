@@ -37,6 +37,7 @@ from .models import (
     StoredMsg,
     StreamConfig,
     _Model,
+    check_config,
     encode,
 )
 from .protocol import check_publish_subject, check_subscribe_subject
@@ -321,9 +322,11 @@ def _check_seq(seq: object, what: str = "seq") -> int:
     return seq
 
 
-def _check_stream_config(cfg: StreamConfig) -> None:
+def _check_stream_config(cfg: StreamConfig) -> bytes:
+    """The body of a stream config once it is checked (types first, then names and subjects)."""
     if not isinstance(cfg, StreamConfig):
         raise InvalidOptionError(f"expected a StreamConfig, got {type(cfg).__name__}")
+    body = check_config(cfg)
     check_stream_name(cfg.name)
     for subject in cfg.subjects or ():
         check_filter_subject(subject, "stream subject")
@@ -331,12 +334,13 @@ def _check_stream_config(cfg: StreamConfig) -> None:
         check_name(source.name, "source stream name")
         if source.filter_subject:
             check_filter_subject(source.filter_subject, "source filter subject")
+    return body
 
 
 def stream_config_request(cfg: StreamConfig) -> bytes:
-    """The body of ``STREAM.CREATE`` / ``STREAM.UPDATE``: the config, unset fields omitted."""
-    _check_stream_config(cfg)
-    return encode(cfg)
+    """The body of ``STREAM.CREATE`` / ``STREAM.UPDATE``: the config, unset fields omitted.
+    A field of the wrong type is an :class:`InvalidOptionError` naming it."""
+    return _check_stream_config(cfg)
 
 
 def stream_info_request(*, deleted_details: bool = False, subjects_filter: str | None = None, offset: int = 0) -> bytes:
@@ -374,6 +378,7 @@ def consumer_create_request(
     if action not in (ACTION_CREATE, ACTION_UPDATE, ACTION_CREATE_OR_UPDATE):
         raise InvalidOptionError(f"invalid consumer action {action!r}")
     check_stream_name(stream)
+    check_config(cfg)  # (every field of the model's type, before the names and subjects in it)
     if cfg.durable_name is not None:
         check_name(cfg.durable_name, "durable name")
     if cfg.name is not None:

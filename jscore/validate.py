@@ -11,7 +11,7 @@ import math
 
 from .errors import InvalidOptionError
 
-__all__ = ["check_timeout", "check_optional_timeout", "check_bool", "check_optional_flag"]
+__all__ = ["check_timeout", "check_optional_timeout", "check_poll_timeout", "check_bool", "check_optional_flag"]
 
 
 def check_timeout(value: object, name: str = "timeout") -> float:
@@ -33,6 +33,18 @@ def check_optional_timeout(value: object, name: str = "timeout") -> float | None
     seconds = float(value)
     if not (math.isfinite(seconds) and seconds >= 0):
         raise InvalidOptionError(f"{name} must be a finite number of seconds >= 0 or None, got {value!r}")
+    return seconds
+
+
+def check_poll_timeout(value: object, name: str = "timeout") -> float:
+    """The timeout of a blocking ``next`` of an iterator: finite seconds >= 0, where ``0`` polls
+    (an item already there, else the timeout error at once). ``None`` is refused like any other
+    non-number: every blocking call has a timeout (iterate to wait without one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidOptionError(f"{name} must be a number of seconds (0 polls), got {value!r}")
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise InvalidOptionError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
     return seconds
 
 

@@ -618,10 +618,30 @@ def _json_hook(obj: object) -> object:
     return float(obj)  # type: ignore[arg-type]  # Duration: float seconds
 
 
+def _for_display(value: object) -> object:
+    """``value`` with every Struct as a dict of all its fields, zeros and False included (the
+    models leave default values out of what they send to the server: ``num_ack_pending: 0`` is
+    a fact to show, as ``nats ... --json`` does). Unset fields (None) stay out."""
+    if isinstance(value, msgspec.Struct):
+        out: dict[str, object] = {}
+        for field in value.__struct_fields__:
+            v = getattr(value, field)
+            if v is not None:
+                out[field] = _for_display(v)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_for_display(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _for_display(v) for k, v in value.items()}
+    return value
+
+
 def _print_json(value: object) -> None:
-    """Pretty JSON for people and scripts: durations as float seconds (the wire has
-    nanoseconds), server times with their nanoseconds, bytes in base64."""
-    print(msgspec.json.format(msgspec.json.encode(value, enc_hook=_json_hook), indent=2).decode())
+    """Pretty JSON for people and scripts: every field with a value (zeros too), durations as
+    float seconds (the wire has nanoseconds), server times with their nanoseconds, bytes in
+    base64."""
+    data = msgspec.json.encode(_for_display(value), enc_hook=_json_hook)
+    print(msgspec.json.format(data, indent=2).decode())
 
 
 def _text(data: bytes) -> str:

@@ -37,12 +37,16 @@ from jscore.models import (
     ConsumerNamesResponse,
     PauseResponse,
     PubAck,
+    ConsumerConfigFields,
     StreamConfig,
+    StreamConfigFields,
     StreamInfo,
     StreamListResponse,
     StreamNamesResponse,
     SuccessResponse,
+    config_from_fields,
     decode_response,
+    spell_out_fields,
 )
 
 from jscore.validate import check_bool, check_timeout
@@ -71,7 +75,6 @@ __all__ = ["JetStream", "DEFAULT_API_PREFIX"]
 DEFAULT_API_PREFIX = jsapi.DEFAULT_API_PREFIX
 
 T = TypeVar("T")
-S = TypeVar("S", bound=msgspec.Struct)
 
 # What a bucket call does with its stream.
 _CREATE, _UPDATE, _UPSERT = "create", "update", "create_or_update"
@@ -79,20 +82,6 @@ _CREATE, _UPDATE, _UPSERT = "create", "update", "create_or_update"
 
 def _ephemeral_name() -> str:
     return secrets.token_urlsafe(16)  # 22 characters of A-Z a-z 0-9 - _
-
-
-def _merge_config(cls: type[S], config: S | None, fields: dict[str, Any], what: str) -> S:
-    """A config from a config object and/or keyword fields (fields override the object's)."""
-    if config is None:
-        try:
-            return cls(**fields)
-        except TypeError as exc:
-            if "name" in str(exc) and "Missing required" in str(exc):
-                raise InvalidOptionError(f"a {what} needs a name") from None
-            raise
-    if not isinstance(config, cls):
-        raise InvalidOptionError(f"config must be a {cls.__name__}, got {type(config).__name__}")
-    return msgspec.structs.replace(config, **fields) if fields else config
 
 
 class JetStream:
@@ -243,28 +232,43 @@ class JetStream:
         except StreamNotFoundError as exc:
             raise BucketNotFoundError.of(exc, bucket) from exc
 
+    @spell_out_fields(StreamConfigFields)
     def create_stream(
-        self, config: StreamConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self,
+        config: StreamConfig | None = None,
+        *,
+        timeout: float | None = None,
+        **fields: Unpack[StreamConfigFields],
     ) -> Stream:
         """Create a stream from a :class:`StreamConfig` and/or its fields as keywords.
         Creating a stream that exists with the same config succeeds; with a different one it
         raises :class:`StreamNameInUseError`."""
-        cfg = _merge_config(StreamConfig, config, fields, "stream config")
+        cfg = config_from_fields(StreamConfig, config, fields, "create_stream")
         return self._upsert_stream(self._subjects.stream_create, cfg, timeout)
 
+    @spell_out_fields(StreamConfigFields)
     def update_stream(
-        self, config: StreamConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self,
+        config: StreamConfig | None = None,
+        *,
+        timeout: float | None = None,
+        **fields: Unpack[StreamConfigFields],
     ) -> Stream:
         """Update an existing stream (:class:`StreamNotFoundError` if there is none). Send the
         whole config: fields left unset take the server's defaults, not the current values."""
-        cfg = _merge_config(StreamConfig, config, fields, "stream config")
+        cfg = config_from_fields(StreamConfig, config, fields, "update_stream")
         return self._upsert_stream(self._subjects.stream_update, cfg, timeout)
 
+    @spell_out_fields(StreamConfigFields)
     def create_or_update_stream(
-        self, config: StreamConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self,
+        config: StreamConfig | None = None,
+        *,
+        timeout: float | None = None,
+        **fields: Unpack[StreamConfigFields],
     ) -> Stream:
         """Update the stream, or create it when it does not exist."""
-        cfg = _merge_config(StreamConfig, config, fields, "stream config")
+        cfg = config_from_fields(StreamConfig, config, fields, "create_or_update_stream")
         try:
             return self._upsert_stream(self._subjects.stream_update, cfg, timeout)
         except StreamNotFoundError:
@@ -349,36 +353,60 @@ class JetStream:
     # ------------------------------------------------------------------ consumers
 
     def _upsert_consumer(
-        self, stream: str, config: ConsumerConfig | None, fields: dict[str, Any], action: str, timeout: float | None
+        self,
+        stream: str,
+        config: ConsumerConfig | None,
+        fields: ConsumerConfigFields,
+        action: str,
+        timeout: float | None,
+        call: str,
     ) -> Consumer:
-        cfg = _merge_config(ConsumerConfig, config, fields, "consumer config")
+        cfg = config_from_fields(ConsumerConfig, config, fields, call)
         subject, body, _ = jsapi.consumer_create_request(
             self._subjects, stream, cfg, action, ephemeral_name=_ephemeral_name()
         )
         info = self._call(subject, body, ConsumerInfo, timeout)
         return Consumer(self, info)
 
+    @spell_out_fields(ConsumerConfigFields)
     def create_consumer(
-        self, stream: str, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self,
+        stream: str,
+        config: ConsumerConfig | None = None,
+        *,
+        timeout: float | None = None,
+        **fields: Unpack[ConsumerConfigFields],
     ) -> Consumer:
         """Create a consumer (durable with ``durable_name`` or ``name``; ephemeral without,
         with a random name). Creating an identical consumer again succeeds; a different one
         under the same name raises :class:`ConsumerExistsError`. ``ack_policy`` defaults to
         explicit."""
-        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_CREATE, timeout)
+        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_CREATE, timeout, "create_consumer")
 
+    @spell_out_fields(ConsumerConfigFields)
     def update_consumer(
-        self, stream: str, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self,
+        stream: str,
+        config: ConsumerConfig | None = None,
+        *,
+        timeout: float | None = None,
+        **fields: Unpack[ConsumerConfigFields],
     ) -> Consumer:
         """Update an existing consumer (:class:`ConsumerDoesNotExistError`, a
         :class:`ConsumerNotFoundError`, when there is none)."""
-        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_UPDATE, timeout)
+        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_UPDATE, timeout, "update_consumer")
 
+    @spell_out_fields(ConsumerConfigFields)
     def create_or_update_consumer(
-        self, stream: str, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self,
+        stream: str,
+        config: ConsumerConfig | None = None,
+        *,
+        timeout: float | None = None,
+        **fields: Unpack[ConsumerConfigFields],
     ) -> Consumer:
         """Create the consumer, or update it when it exists."""
-        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_CREATE_OR_UPDATE, timeout)
+        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_CREATE_OR_UPDATE, timeout, "create_or_update_consumer")
 
     def consumer_info(self, stream: str, name: str, *, timeout: float | None = None) -> ConsumerInfo:
         return self._call(self._subjects.consumer_info(stream, name), b"", ConsumerInfo, timeout)

@@ -29,6 +29,7 @@ import msgspec
 
 from jscore import events as ev
 from jscore import pull as P
+from jscore.validate import check_poll_timeout
 from jscore.errors import (
     ConnectionClosedError,
     ConsumerNotFoundError,
@@ -53,6 +54,7 @@ __all__ = ["ConsumeContext", "FetchResult", "MessageStream", "ConsumerReconnecte
 
 _log = logging.getLogger("jssync")
 _monotonic: Final = time.monotonic
+_INF: Final = float("inf")
 
 # How long past its own client timer a caller waits for the machine to say it finished
 # before giving up (the I/O thread fires that timer; this only guards against a dead one).
@@ -574,7 +576,10 @@ class MessageStream:
 
     def next(self, timeout: float = 30.0) -> JsMsg:
         """The next message; :class:`NoMessagesError` (a TimeoutError) if none came within
-        ``timeout``; :class:`ConnectionClosedError` or the terminal error once it ended."""
+        ``timeout``; :class:`ConnectionClosedError` or the terminal error once it ended.
+        ``timeout=0`` polls; it must be a finite number >= 0 (not None)."""
+        if timeout.__class__ is not float or not 0.0 <= timeout < _INF:  # (the common case first)
+            timeout = check_poll_timeout(timeout)
         if self._ended is not None or self._stopped:
             raise self._end_error()
         q = self._driver._q

@@ -29,6 +29,7 @@ from jscore.errors import JetStreamError, NatsError, NoRespondersError, TimeoutE
 from jscore.machine import MachineFailed, Stop
 from jscore.models import (
     ConsumerConfig,
+    ConsumerConfigFields,
     DeliverPolicy,
     ConsumerInfo,
     MsgGetResponse,
@@ -36,11 +37,14 @@ from jscore.models import (
     StoredMsg,
     StreamInfo,
     SuccessResponse,
+    spell_out_fields,
 )
 
 from .client import shell_of
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from .client import Client
     from .ordered import OrderedConsumer
     from .consumer import Consumer
@@ -228,19 +232,25 @@ class Stream:
 
     # ------------------------------------------------------------------ consumers
 
+    @spell_out_fields(ConsumerConfigFields)
     def create_consumer(
-        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Unpack[ConsumerConfigFields]
     ) -> Consumer:
+        """:meth:`JetStream.create_consumer` on this stream."""
         return self._js.create_consumer(self._name, config, timeout=timeout, **fields)
 
+    @spell_out_fields(ConsumerConfigFields)
     def update_consumer(
-        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Unpack[ConsumerConfigFields]
     ) -> Consumer:
+        """:meth:`JetStream.update_consumer` on this stream."""
         return self._js.update_consumer(self._name, config, timeout=timeout, **fields)
 
+    @spell_out_fields(ConsumerConfigFields)
     def create_or_update_consumer(
-        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Unpack[ConsumerConfigFields]
     ) -> Consumer:
+        """:meth:`JetStream.create_or_update_consumer` on this stream."""
         return self._js.create_or_update_consumer(self._name, config, timeout=timeout, **fields)
 
     def consumer(self, name: str, *, bind: bool = False, timeout: float | None = None) -> Consumer:

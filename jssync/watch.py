@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from jscore import pull as P
+from jscore.validate import check_poll_timeout
 from jscore.errors import BucketNotFoundError, InvalidOptionError, NoMessagesError, StreamNotFoundError
 from jscore.machine import MachineFailed, Stop
 from jscore.models import DeliverPolicy
@@ -180,8 +181,8 @@ class Watcher(Generic[T]):
         """The next item (``None``: the initial values are all delivered);
         :class:`NoMessagesError` (a TimeoutError) if nothing came within ``timeout``; after
         ``stop()`` a :class:`ConnectionClosedError`; a terminal error (the bucket was deleted)
-        as itself."""
-        return self._take(_monotonic() + timeout)
+        as itself. ``timeout=0`` polls; it must be a finite number >= 0 (not None)."""
+        return self._take(_monotonic() + check_poll_timeout(timeout))
 
     def __iter__(self) -> Iterator[T | None]:
         while True:

@@ -173,3 +173,24 @@ def test_progress_line_only_when_asked_or_on_a_terminal(run: Run) -> None:
     bench = run("bench", "--msgs", "5000", "--requests", "0", "--progress")
     assert "publish: 5,000/5,000 " in bench.stderr
     assert "request/reply: skipped (--requests 0)" in bench.stdout
+
+
+def test_json_info_keeps_the_fields_that_are_zero(run: Run) -> None:
+    """``--json`` shows every field with a value, zeros and False included (as ``nats ...
+    --json`` does): a script reads ``num_ack_pending: 0``, not a missing key."""
+    run("stream", "add", "Z", "--subjects", "z.*", "--storage", "memory")
+    info = run.json("stream", "info", "Z", "--json")
+    assert isinstance(info, dict)
+    state = info["state"]
+    for field in ("messages", "bytes", "first_seq", "last_seq", "num_subjects", "num_deleted", "consumer_count"):
+        assert state[field] == 0, field
+    assert info["config"]["sealed"] is False and info["config"]["deny_delete"] is False
+    run("consumer", "add", "Z", "ZC")
+    cinfo = run.json("consumer", "info", "Z", "ZC", "--json")
+    assert isinstance(cinfo, dict)
+    for field in ("num_ack_pending", "num_redelivered", "num_waiting", "num_pending"):
+        assert cinfo[field] == 0, field
+    assert cinfo["delivered"]["stream_seq"] == 0 and cinfo["ack_floor"]["consumer_seq"] == 0
+    assert cinfo["paused"] is False and cinfo["push_bound"] is False
+    listed = run.json("consumer", "ls", "Z", "--json")
+    assert isinstance(listed, list) and listed[0]["num_ack_pending"] == 0
