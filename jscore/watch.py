@@ -16,7 +16,7 @@ deliveries become :class:`WatchChanged` events on the I/O thread.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
@@ -24,12 +24,24 @@ from .errors import InvalidOptionError
 from .headers import Headers
 from .ordered import OrderedConsumerCreated, OrderedMachine, OrderedMessageDelivered
 from .protocol import MsgReceived
-from .pull import MessagesTaken
+from .pull import ConsumeOptions, MessagesTaken, resolve_consume_options
 from .validate import check_bool
 
-__all__ = ["WatchOptions", "WatchState", "WatchChanged", "WatchSkipped", "WatchMachine"]
+__all__ = ["WatchOptions", "WatchState", "WatchChanged", "WatchSkipped", "WatchMachine", "WATCH_HEARTBEAT",
+           "watch_consume_options"]
 
 T = TypeVar("T")
+
+WATCH_HEARTBEAT: Final = 5.0
+"""The idle heartbeat of a watcher's pulls (nats.go's watchers use 5 s too): a watcher mostly
+waits, and what it waits on can vanish without a word (its bucket deleted while its consumer
+was being re-created): the missed heartbeats (2 x this) are then what ends the wait."""
+
+
+def watch_consume_options() -> ConsumeOptions:
+    """The pull options of a watcher's ordered consumer: the consume defaults with
+    :data:`WATCH_HEARTBEAT`."""
+    return resolve_consume_options(heartbeat=WATCH_HEARTBEAT)
 
 
 class WatchOptions(msgspec.Struct, frozen=True, kw_only=True):

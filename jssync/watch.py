@@ -31,7 +31,7 @@ from jscore.ordered import (
     OrderedMachine,
     new_name_prefix,
 )
-from jscore.watch import WatchChanged, WatchMachine, WatchSkipped, WatchState
+from jscore.watch import WatchChanged, WatchMachine, WatchSkipped, WatchState, watch_consume_options
 
 from .client import shell_of
 from .pull import _StreamEnded
@@ -83,7 +83,7 @@ class Watcher(Generic[T]):
             headers_only=options.meta_only,
             report_created=True,
         )
-        consume = P.resolve_consume_options()
+        consume = watch_consume_options()
         self._batch = max(1, min(64, (consume.max_messages - consume.threshold_messages) // 4 or 1))
         self._taken = self._taken_size = 0
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
