@@ -343,6 +343,8 @@ class ReadOptions:
             fields = parse_ddl(raw_schema, "valueSchema")
         elif raw_schema is not None:
             raise InvalidOptionError(f"valueSchema: only used with valueFormat=json (valueFormat is {value_format!r})")
+        if _opt(opts, "kvListPageSize") is not None:
+            raise InvalidOptionError("kvListPageSize: only used with kvBucket (a key-value bucket's read)")
         raw_mode = _opt(opts, "mode")
         mode = (raw_mode or "PERMISSIVE").upper()
         if mode not in ("PERMISSIVE", "DROPMALFORMED", "FAILFAST"):

@@ -832,3 +832,67 @@ def test_driver_checks_fail_fast_and_mark_the_options(server: NatsServer) -> Non
         check_captured(["cap.a.b"], col, seen)
     every = check_targets(client, WriteOptions(min_duplicate_window=0), columns=True)
     assert set(every.captures or ()) >= {"cap.*", "plains.>"}
+
+
+# --------------------------------------------------------------------------- kvBucket: the key listing (no Spark)
+
+
+def _raw_publish(url: str, subjects: list[str]) -> None:
+    """Publish like a client that checks neither keys nor subjects (a raw, non-pedantic PUB)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    with socket.create_connection((u.hostname or "127.0.0.1", u.port or 4222), timeout=5) as sock:
+        f = sock.makefile("rb")
+        assert f.readline().startswith(b"INFO ")
+        out = b'CONNECT {"verbose":false,"pedantic":false}\r\n'
+        for s in subjects:
+            out += b"PUB " + s.encode() + b" 1\r\nv\r\n"
+        sock.sendall(out + b"PING\r\n")
+        assert f.readline() == b"PONG\r\n"
+
+
+@pytest.mark.parametrize("page_size", [1000, 5])
+def test_kv_keys_are_listed_as_of_the_snapshot_while_keys_go(server: NatsServer, page_size: int) -> None:
+    """The keys a kvBucket read lists on the driver: every key that may hold a value at the
+    snapshot, whatever is deleted, purged, overwritten or added after it, before and during the
+    listing (one stream-info reply up to page_size keys, an ordered consumer above)."""
+    from jssync.spark._kvlist import list_bucket_keys
+
+    js = _js(server.url)
+    bucket = f"LIST{page_size}"
+    kv = js.create_key_value(bucket, history=3)
+    for i in range(40):
+        kv.put(f"k{i:02d}", b"0")
+    kv.delete("k05")                                             # no value at the snapshot
+    _raw_publish(server.url, [f"$KV.{bucket}.caf\u00e9", f"$KV.{bucket}.a@b", f"$KV.{bucket}.*"])
+    snapshot = js.stream_info(f"KV_{bucket}")
+    kv.put("k30", b"1")                                          # overwritten after the snapshot
+    kv.delete("k31")                                             # deleted after the snapshot
+    calls = [0]
+    real = js.stream_info
+
+    def stream_info(name: str, **kw: Any) -> Any:
+        out = real(name, **kw)
+        calls[0] += 1
+        if calls[0] == 1:  # the listing's first request is answered: keys go, and one comes
+            for i in range(5):
+                kv.delete(f"k{i:02d}")
+            kv.purge_deletes(older_than=0)
+            kv.put("late", b"x")
+        return out
+
+    js.stream_info = stream_info  # type: ignore[method-assign]
+    listed = list_bucket_keys(js, kv, snapshot, page_size=page_size, timeout=5)
+    assert calls[0] >= 1
+    assert listed.method == ("info" if page_size > 40 else "consumer")
+    keys = set(listed.keys)
+    must = {f"k{i:02d}" for i in range(6, 40)} | {"caf\u00e9", "a@b"}
+    assert must <= keys, sorted(must - keys)
+    assert "late" not in keys                                    # written after the snapshot and the listing's start
+    assert keys - must <= {f"k{i:02d}" for i in range(6)}        # nothing else (purged keys may still be listed)
+    if listed.method == "consumer":
+        assert "k05" not in keys                                 # its last message, at the snapshot, is a delete
+    assert listed.unreadable == ("*",)
+    assert list(listed.keys) == sorted(listed.keys)
