@@ -70,6 +70,7 @@ READ_OPTIONS: Final = (
     "mode",
     "columnNameOfCorruptRecord",
     "kvBucket",
+    "kvListPageSize",
 )
 
 WRITE_OPTIONS: Final = (

@@ -7,7 +7,9 @@
   workers, treating malformed payloads like Spark's JSON reader (``mode``: ``PERMISSIVE`` keeps
   the row with the bad fields null and the payload in the corrupt-record column,
   ``DROPMALFORMED`` drops it, ``FAILFAST`` fails the task);
-* :func:`json_encoder` serialises rows for ``valueFormat=json`` writes.
+* :func:`json_encoder` serialises rows for ``valueFormat=json`` writes; :func:`json_plan` says
+  which columns, and :func:`payload_rows` turns the rows of a ``valueFormat`` json or string
+  write into payloads (the data source's Row path and the writer functions share it).
 
 Nothing here imports pyspark or pyarrow: the values produced are plain Python values that
 ``pyarrow.array`` takes for the matching Arrow type (timestamps as microseconds since the epoch).
@@ -19,15 +21,18 @@ import base64
 import binascii
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
-from typing import Any, Final, Literal, Union
+from typing import TYPE_CHECKING, Any, Final, Literal, Union
 
 import msgspec
 
 from jscore.errors import InvalidOptionError, JetStreamError
+
+if TYPE_CHECKING:
+    from ._config import WriteOptions
 
 __all__ = [
     "DType",
@@ -40,6 +45,10 @@ __all__ = [
     "ValueDecoder",
     "DROP",
     "json_encoder",
+    "JsonPlan",
+    "json_plan",
+    "payload_rows",
+    "RowPayloads",
 ]
 
 DType = Union[str, tuple[Any, ...]]
@@ -524,3 +533,140 @@ def json_encoder() -> Callable[[Any], bytes]:
     """Serialises one row (a dict, nested dicts and lists) as Spark's ``to_json`` would:
     timestamps as ISO 8601, dates as yyyy-mm-dd, decimals as numbers, binary as base64."""
     return msgspec.json.Encoder(decimal_format="number").encode
+
+
+@dataclass(frozen=True)
+class JsonPlan:
+    """``valueFormat=json`` writes: the columns serialised into each payload. ``struct``: the
+    one struct column ``value`` is the payload object."""
+
+    columns: tuple[str, ...]
+    struct: bool = False
+
+
+def json_plan(names: Sequence[str], value_is_struct: bool, wopts: WriteOptions) -> JsonPlan:
+    """What a ``valueFormat=json`` write serialises, given the columns' names: a struct column
+    ``value`` alone, else every column but the subject column (when no fixed ``subject`` is set)
+    and the headers column; :class:`InvalidOptionError` when nothing is left."""
+    if value_is_struct:
+        return JsonPlan(("value",), struct=True)
+    reserved = {wopts.headers_column}
+    if wopts.subject is None:
+        reserved.add(wopts.subject_column)
+    cols = tuple(n for n in names if n not in reserved)
+    if not cols:
+        raise InvalidOptionError(
+            f"valueFormat: json serialises a struct column 'value', or every column but the subject and "
+            f"headers ones; the DataFrame has only {list(names)}"
+        )
+    return JsonPlan(cols)
+
+
+def _is_row(v: Any) -> bool:
+    return isinstance(v, tuple) and getattr(v, "__fields__", None) is not None  # a pyspark Row
+
+
+def _zoned(value: Any) -> Any:
+    """A Row's values with its timestamps in UTC: pyspark hands a ``timestamp`` as a datetime
+    without zone in the process's local time; the data source's Arrow batches carry the zone,
+    and the payload must be the same (``...Z``)."""
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc) if value.tzinfo is None else value
+    if isinstance(value, dict):
+        return {k: _zoned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_zoned(v) for v in value]
+    return value
+
+
+def _as_text(value: Any, column: str) -> Any:
+    """``valueFormat=string``: the data column's value as text (bytes and str as they are)."""
+    if value is None:
+        return b""
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        return value
+    if isinstance(value, (Mapping, list, tuple)):
+        kind = "struct" if _is_row(value) or isinstance(value, Mapping) else "array"
+        raise InvalidOptionError(
+            f"dataColumn: column {column!r} holds a {kind}; valueFormat=string writes scalars as text "
+            f"(valueFormat=json serialises structures)"
+        )
+    return str(value)
+
+
+class RowPayloads:
+    """Turns the rows of a write with ``valueFormat`` json or string into ``(data, subject,
+    headers, msg_id)`` tuples whose data is the payload (call it on each row).
+
+    ``json`` serialises what ``plan`` names (fixed on the driver from the DataFrame's schema),
+    or, without a plan, what each row holds: its ``value`` field when that is a struct (a Row;
+    in a dict row, a dict), else every field but the subject and headers ones. A Row's
+    timestamps (datetimes without zone, in local time, as pyspark makes them) are written in
+    UTC, as the data source writes them. ``string``
+    writes the data column as text. Rows are pyspark Rows or dicts; with ``string`` also tuples
+    ``(data, subject, headers, msg_id)`` and bare values. A subject column's new values are
+    checked against ``wopts.captures`` when the driver gathered them."""
+
+    def __init__(self, wopts: WriteOptions, plan: JsonPlan | None = None) -> None:
+        self.wopts = wopts
+        self.plan = plan
+        self._json = wopts.value_format == "json"
+        self._enc = json_encoder()
+        self._plans: dict[tuple[tuple[str, ...], bool], JsonPlan] = {}
+        self._seen: set[str] = set()
+        self._check = wopts.captures is not None and wopts.subject is None
+
+    def __call__(self, row: Any) -> Any:
+        wopts = self.wopts
+        dc = wopts.data_column
+        d: Mapping[str, Any]
+        if _is_row(row):
+            d = row.asDict(recursive=True)
+            struct = self._json and self.plan is None and "value" in row.__fields__ and _is_row(row["value"])
+            if self._json:
+                d = _zoned(d)
+        elif isinstance(row, Mapping):
+            d = row
+            struct = isinstance(row.get("value"), Mapping)
+        elif not self._json:
+            if isinstance(row, (tuple, list)):
+                n = len(row)
+                return (_as_text(row[0] if n else None, dc), row[1] if n > 1 else None, row[2] if n > 2 else None,
+                        row[3] if n > 3 else None)
+            return _as_text(row, dc)
+        else:
+            raise InvalidOptionError(
+                f"valueFormat: json serialises the fields of pyspark Rows or dicts, got a {type(row).__name__}"
+            )
+        data: Any
+        if not self._json:
+            if dc not in d:
+                raise InvalidOptionError(f"dataColumn: the rows have no column {dc!r} (columns: {list(d)[:20]})")
+            data = _as_text(d[dc], dc)
+        else:
+            p = self.plan
+            if p is None:
+                key = (tuple(d), struct)
+                p = self._plans.get(key)
+                if p is None:
+                    p = self._plans[key] = json_plan(key[0], struct, wopts)
+            if p.struct:
+                v = d.get("value")
+                data = b"" if v is None else self._enc(v)
+            else:
+                data = self._enc({c: d.get(c) for c in p.columns})
+        subject = d.get(wopts.subject_column) if wopts.subject is None else None
+        if self._check and subject is not None:
+            from ._writer import check_captured
+
+            check_captured((subject,), wopts, self._seen)
+        m = wopts.msg_id_column
+        return (data, subject, d.get(wopts.headers_column), d.get(m) if m is not None else None)
+
+
+def payload_rows(rows: Iterable[Any], wopts: WriteOptions, plan: JsonPlan | None = None) -> Iterator[Any]:
+    """The rows of a write as the partition writer takes them: with ``valueFormat`` json or
+    string converted by :class:`RowPayloads`, with ``binary`` as they are."""
+    if wopts.value_format == "binary":
+        return iter(rows)
+    return map(RowPayloads(wopts, plan), rows)

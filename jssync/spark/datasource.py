@@ -66,7 +66,20 @@ from jscore.errors import InvalidOptionError, JetStreamError, MsgNotFoundError, 
 from ._cache import discard_client, get_jetstream, lease
 from ._config import NatsConfig, WriteOptions, option_lookup
 from ._options import Role, normalize
-from ._values import DROP, Field, MalformedRecordError, ParseMode, ValueDecoder, ValueFormat, _Bad, ddl, parse_ddl
+from ._values import (
+    DROP,
+    Field,
+    JsonPlan,
+    MalformedRecordError,
+    ParseMode,
+    ValueDecoder,
+    ValueFormat,
+    _Bad,
+    ddl,
+    json_plan,
+    parse_ddl,
+    payload_rows,
+)
 
 if TYPE_CHECKING:
     from jssync.jetstream import JetStream
@@ -343,6 +356,8 @@ class ReadOptions:
             fields = parse_ddl(raw_schema, "valueSchema")
         elif raw_schema is not None:
             raise InvalidOptionError(f"valueSchema: only used with valueFormat=json (valueFormat is {value_format!r})")
+        if _opt(opts, "kvListPageSize") is not None:
+            raise InvalidOptionError("kvListPageSize: only used with kvBucket (a key-value bucket's read)")
         raw_mode = _opt(opts, "mode")
         mode = (raw_mode or "PERMISSIVE").upper()
         if mode not in ("PERMISSIVE", "DROPMALFORMED", "FAILFAST"):
@@ -1211,15 +1226,6 @@ def _sum_counts(messages: Sequence[WriterCommitMessage | None]) -> tuple[int, in
     return rows, tasks
 
 
-@dataclass(frozen=True)
-class JsonPlan:
-    """``valueFormat=json`` writes: the columns serialised into each payload, fixed on the
-    driver. ``struct``: the one struct column ``value`` is the payload object."""
-
-    columns: tuple[str, ...]
-    struct: bool = False
-
-
 def plan_write_columns(schema: StructType, wopts: WriteOptions) -> JsonPlan | None:
     """Check the DataFrame's columns on the driver, before any task: the data column (or, for
     ``valueFormat=json``, the columns to serialise), the subject column when no ``subject`` is
@@ -1236,18 +1242,7 @@ def plan_write_columns(schema: StructType, wopts: WriteOptions) -> JsonPlan | No
         raise InvalidOptionError(f"msgIdColumn: the DataFrame has no column {wopts.msg_id_column!r} (columns: {names})")
     if wopts.value_format == "json":
         value = by_name.get("value")
-        if value is not None and isinstance(value.dataType, T.StructType):
-            return JsonPlan(("value",), struct=True)
-        reserved = {wopts.headers_column}
-        if wopts.subject is None:
-            reserved.add(wopts.subject_column)
-        cols = tuple(n for n in names if n not in reserved)
-        if not cols:
-            raise InvalidOptionError(
-                f"valueFormat: json serialises a struct column 'value', or every column but the subject and "
-                f"headers ones; the DataFrame has only {names}"
-            )
-        return JsonPlan(cols)
+        return json_plan(names, value is not None and isinstance(value.dataType, T.StructType), wopts)
     d = wopts.data_column
     if d not in by_name:
         raise InvalidOptionError(
@@ -1339,34 +1334,6 @@ def _arrow_string() -> Any:
     return pa.string()
 
 
-def row_rows(rows: Iterator[Any], wopts: WriteOptions, plan: JsonPlan | None) -> Iterator[Any]:
-    """PySpark 4.0's streaming sink hands Rows: with ``valueFormat=json`` or ``string`` they
-    become ``(data, subject, headers, msg_id)`` tuples here; else they pass as they are."""
-    if plan is None and wopts.value_format != "string":
-        yield from rows
-        return
-    from ._values import json_encoder
-
-    enc = json_encoder()
-    seen: set[str] = set()
-    s, h, m = wopts.subject_column, wopts.headers_column, wopts.msg_id_column
-    for row in rows:
-        d = row.asDict(recursive=True)
-        if plan is None:
-            value = d.get(wopts.data_column)
-            data: Any = b"" if value is None else value if isinstance(value, (bytes, str)) else str(value)
-        elif plan.struct:
-            data = b"" if d.get("value") is None else enc(d["value"])
-        else:
-            data = enc({c: d.get(c) for c in plan.columns})
-        subject = d.get(s) if wopts.subject is None else None
-        if subject is not None and wopts.captures is not None:
-            from ._writer import check_captured
-
-            check_captured((subject,), wopts, seen)
-        yield (data, subject, d.get(h), d.get(m) if m is not None else None)
-
-
 class JetStreamBatchWriter(DataSourceArrowWriter):
     """``df.write.format("jetstream")``: every task publishes its rows with msg ids
     ``<write id>/<partition>/<row index>`` (or ``msgIdColumn``); the write id is fixed here, on
@@ -1444,7 +1411,7 @@ class JetStreamStreamWriter(_StreamWriterBase):  # type: ignore[misc]
         if _StreamWriterBase is not DataSourceStreamWriter:
             rows = arrow_rows(iterator, self.wopts, plan)
         else:  # pragma: no cover - PySpark 4.0 hands Rows
-            rows = row_rows(iterator, self.wopts, plan)
+            rows = payload_rows(iterator, self.wopts, plan)
         n = write_rows(rows, self.config, self.wopts, write_id=write_id, partition_id=pid)
         return JetStreamCommitMessage(partition_id=pid, count=n, write_id=write_id)
 

@@ -7,11 +7,14 @@ as one consistent snapshot.
     # key string, value binary, revision long, created timestamp
 
 The driver reads the bucket's stream info once: its last sequence is the snapshot's revision.
-It then lists the bucket's keys (the stream's subjects) and splits them into partitions of
-keys. Each task reads the latest entry of its keys as of that revision, with batched direct
-gets of up to 1024 keys (``up_to_seq``: the pages and the tasks all read the same snapshot,
-whatever is written meanwhile); deleted and purged keys are left out. A bucket without direct
-get is read in one task by an ordered consumer bounded by the same revision (the fallback of
+It then lists the keys that may hold a value at that revision (:mod:`jssync.spark._kvlist`: one
+stream-info reply for up to ``kvListPageSize`` keys, else an ordered consumer, so that keys
+removed meanwhile cannot make the listing skip others) and splits them into partitions of keys.
+Each task reads the latest entry of its keys as of that revision, with batched direct gets of up
+to 1024 subjects (``up_to_seq``: the tasks all read the same snapshot, whatever is written
+meanwhile); deleted and purged keys are left out. Keys are the subjects' tails as stored, also
+those the client's key rules refuse. A bucket without direct get is read in one task by an
+ordered consumer bounded by the same revision (the fallback of
 :meth:`jssync.kv.KeyValue.get_many`).
 """
 
@@ -19,9 +22,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
@@ -30,7 +33,11 @@ from jscore.errors import InvalidOptionError
 
 from ._cache import discard_client, get_jetstream, lease
 from ._config import NatsConfig, option_lookup
+from ._kvlist import SERVER_PAGE, list_bucket_keys
 from .datasource import DEFAULT_RECORDS_PER_PARTITION, _opt, _positive_int
+
+if TYPE_CHECKING:
+    from jssync.kv import KeyValue
 
 __all__ = ["KV_SCHEMA", "KV_BUCKET_OPTION", "KvReadOptions", "KeyRange", "KvBucketReader", "wants_kv_bucket",
            "read_keys"]
@@ -38,6 +45,7 @@ __all__ = ["KV_SCHEMA", "KV_BUCKET_OPTION", "KvReadOptions", "KeyRange", "KvBuck
 _log = logging.getLogger("jssync.spark")
 
 KV_BUCKET_OPTION: Final = "kvBucket"
+KV_LIST_PAGE_OPTION: Final = "kvListPageSize"
 KV_SCHEMA: Final = "key string, value binary, revision long, created timestamp"
 """The schema of a ``kvBucket`` read (DDL)."""
 
@@ -58,11 +66,14 @@ def wants_kv_bucket(options: Mapping[str, str]) -> bool:
 @dataclass(frozen=True)
 class KvReadOptions:
     """A ``kvBucket`` read's options: the bucket, and how its keys are split into partitions
-    (``minPartitions``, ``maxRecordsPerPartition``: keys per partition)."""
+    (``minPartitions``, ``maxRecordsPerPartition``: keys per partition), and up to how many
+    keys the driver lists them from one stream-info reply (``kvListPageSize``; more: an ordered
+    consumer)."""
 
     bucket: str
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    list_page_size: int = SERVER_PAGE
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], *, streaming: bool = False) -> KvReadOptions:
@@ -84,6 +95,7 @@ class KvReadOptions:
             bucket=bucket,
             min_partitions=_positive_int(opts, "minPartitions"),
             max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
+            list_page_size=_positive_int(opts, KV_LIST_PAGE_OPTION) or SERVER_PAGE,
         )
 
 
@@ -124,7 +136,7 @@ def split_keys(keys: Sequence[str], *, min_partitions: int | None, max_records_p
 
 def plan(config: NatsConfig, kopts: KvReadOptions) -> list[KeyRange]:
     """The partitions of a snapshot read (on the driver): the bucket's last sequence read once,
-    then its keys."""
+    then its keys as of that sequence."""
     bucket = kopts.bucket
     with lease(config):
         js = get_jetstream(config)
@@ -135,16 +147,19 @@ def plan(config: NatsConfig, kopts: KvReadOptions) -> list[KeyRange]:
             return [KeyRange(0, bucket, revision, ())]
         if not info.config.allow_direct:
             return [KeyRange(0, bucket, revision, None)]
-        # Every key that had a message at the snapshot still has a subject now (unless all its
-        # messages were removed since, and then they are gone for any reader); keys written
-        # after it are read as absent (up_to_seq).
-        subjects = js.stream_info(kv.stream.name, subjects_filter=f"{K.SUBJECT_PREFIX}{bucket}.>",
-                                  timeout=_INFO_TIMEOUT).state.subjects or {}
-    keys = sorted(K.key_of(bucket, s) for s in subjects)
+        listed = list_bucket_keys(js, kv, info, page_size=kopts.list_page_size, timeout=_INFO_TIMEOUT)
+    if listed.unreadable:
+        _log.warning(
+            "jetstream kvBucket read of %r: %d keys left out: their subjects have a '*' or '>' token, whitespace or "
+            "a control character, which no get can address (stored by a client that does not check subjects): %s",
+            bucket, len(listed.unreadable), ", ".join(repr(k) for k in listed.unreadable[:20]),
+        )
+    keys = listed.keys
     groups = split_keys(keys, min_partitions=kopts.min_partitions,
                         max_records_per_partition=kopts.max_records_per_partition)
-    _log.info("jetstream kvBucket read of %r: %d keys as of revision %d in %d partitions",
-              bucket, len(keys), revision, len(groups))
+    _log.info("jetstream kvBucket read of %r: %d keys (listed by %s) as of revision %d in %d partitions",
+              bucket, len(keys), "stream info" if listed.method == "info" else "an ordered consumer", revision,
+              len(groups))
     return [KeyRange(i, bucket, revision, g) for i, g in enumerate(groups)] or [KeyRange(0, bucket, revision, ())]
 
 
@@ -158,17 +173,29 @@ def read_keys(config: NatsConfig, part: KeyRange) -> Iterator[tuple[Any, ...]]:
         try:
             kv = get_jetstream(config).key_value(part.bucket, timeout=_INFO_TIMEOUT)
             keys = part.keys
-            chunks: list[list[str]] = [[">"]] if keys is None else [
-                list(keys[i:i + GET_BATCH]) for i in range(0, len(keys), GET_BATCH)
-            ]
-            for chunk in chunks:
-                snap = kv.get_many(chunk, revision=part.revision, timeout=_INFO_TIMEOUT)
+            snaps: Iterable[Mapping[str, Any]]
+            if keys is None:  # no direct get: an ordered consumer bounded by the revision
+                snaps = [kv.get_many(">", revision=part.revision, timeout=_INFO_TIMEOUT)]
+            else:  # the subjects as stored (keys the client's key rules refuse included)
+                snaps = (_direct_snapshot(kv, keys[i:i + GET_BATCH], part.revision) for i in range(0, len(keys), GET_BATCH))
+            for snap in snaps:
                 for e in sorted(snap.values(), key=lambda e: e.key):
                     yield (e.key, e.value, e.revision, e.created)
             failed = False
         finally:
             if failed and (client.is_closed or not client.is_connected):
                 discard_client(config, client)  # (a broken connection must not serve the retry)
+
+
+def _direct_snapshot(kv: KeyValue, keys: Sequence[str], revision: int) -> dict[str, K.KeyValueEntry]:
+    """The latest entry of each of ``keys`` as of ``revision``: one batched direct get of their
+    literal subjects (at most 1024, each matching one subject), without the key rules'
+    check."""
+    bucket = kv.bucket
+    subjects = [f"{K.SUBJECT_PREFIX}{bucket}.{k}" for k in keys]
+    with kv.stream.direct_get_last_for(subjects, up_to_seq=revision, timeout=_INFO_TIMEOUT) as it:
+        entries = [K.entry_from_stored(bucket, m.subject, m.seq, m.data, m.headers, m.time) for m in it]
+    return K.snapshot_entries(bucket, entries)
 
 
 class KvBucketReader(DataSourceReader):

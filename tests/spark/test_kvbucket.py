@@ -151,6 +151,46 @@ def test_writes_racing_the_read_do_not_tear_the_snapshot(ds_spark: Any, nats_url
     js.delete_key_value(bucket)
 
 
+def test_keys_purged_while_the_driver_lists_them(ds_spark: Any, nats_url: str, js: Any, fault_proxy: Any) -> None:
+    """More keys than kvListPageSize (5): the driver lists them with an ordered consumer. When
+    its create request reaches the server, after the snapshot, ten keys are deleted and purged
+    (purge_deletes), one is overwritten and one added. The rows are exactly the snapshot's values
+    of the keys still stored (listing by stream-info pages at an offset skipped keys here), keys
+    the client's key rules refuse included; a stored subject no get can address is left out."""
+    from tests.sync.test_spark_units import _raw_publish
+
+    bucket = _bucket()
+    kv = js.create_key_value(bucket, history=3)
+    try:
+        for i in range(40):
+            kv.put(f"k{i:02d}", f"v{i}".encode())
+        kv.delete("k15")
+        _raw_publish(nats_url, [f"$KV.{bucket}.caf\u00e9", f"$KV.{bucket}.a@b", f"$KV.{bucket}.*"])
+        proxy = fault_proxy(nats_url)
+        fired: list[bytes] = []
+
+        def on_frame(frame: bytes) -> None:
+            if not fired and f"$JS.API.CONSUMER.CREATE.KV_{bucket}".encode() in frame[:200]:
+                fired.append(frame)
+                for i in range(10):
+                    kv.delete(f"k{i:02d}")
+                kv.purge_deletes(older_than=0)
+                kv.put("k20", b"new")
+                kv.put("late", b"x")
+            return None
+
+        proxy.rewrite_frames("up", on_frame)
+        df = _load(ds_spark, proxy.url, bucket, kvListPageSize="5", maxRecordsPerPartition="10")
+        rows = _rows(df)
+        assert fired, "the driver did not list the keys with a consumer"
+        want = {f"k{i:02d}": f"v{i}".encode() for i in range(10, 40) if i != 15}
+        want |= {"caf\u00e9": b"v", "a@b": b"v"}
+        assert {k: v for k, (v, _, _) in rows.items()} == want  # k20: its value at the snapshot
+        assert df.rdd.getNumPartitions() == 4
+    finally:
+        js.delete_key_value(bucket)
+
+
 def test_a_bucket_written_by_natspy(ds_spark: Any, nats_url: str) -> None:
     pytest.importorskip("nats", reason="nats-py is the interop peer")
     from nats.js.api import KeyValueConfig
@@ -194,6 +234,12 @@ def test_options_are_checked_and_name_the_option(ds_spark: Any, nats_url: str) -
     with pytest.raises(InvalidOptionError, match="^kvBucket: only a batch read"):
         KvReadOptions.from_options({"kvbucket": "B"}, streaming=True)
     assert KvReadOptions.from_options({"KVBUCKET": "B", "minPartitions": "3"}) == KvReadOptions("B", 3, None)
+    assert KvReadOptions.from_options({"kvBucket": "B", "kvListPageSize": "10"}).list_page_size == 10
+    with pytest.raises(InvalidOptionError, match="^kvListPageSize: must be >= 1"):
+        KvReadOptions.from_options({"kvBucket": "B", "kvListPageSize": "0"})
+    with pytest.raises(Exception, match="kvListPageSize: only used with kvBucket"):
+        _load_stream = ds_spark.read.format("jetstream").option("servers", nats_url).option("stream", "S")
+        _load_stream.option("kvListPageSize", "5").load().collect()
     assert split_keys(["a", "b", "c"], min_partitions=2, max_records_per_partition=None) == [("a", "b"), ("c",)]
     assert split_keys([], min_partitions=4, max_records_per_partition=1) == []
     assert KV_SCHEMA == "key string, value binary, revision long, created timestamp"

@@ -832,3 +832,168 @@ def test_driver_checks_fail_fast_and_mark_the_options(server: NatsServer) -> Non
         check_captured(["cap.a.b"], col, seen)
     every = check_targets(client, WriteOptions(min_duplicate_window=0), columns=True)
     assert set(every.captures or ()) >= {"cap.*", "plains.>"}
+
+
+# --------------------------------------------------------------------------- kvBucket: the key listing (no Spark)
+
+
+def _raw_publish(url: str, subjects: list[str]) -> None:
+    """Publish like a client that checks neither keys nor subjects (a raw, non-pedantic PUB)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    with socket.create_connection((u.hostname or "127.0.0.1", u.port or 4222), timeout=5) as sock:
+        f = sock.makefile("rb")
+        assert f.readline().startswith(b"INFO ")
+        out = b'CONNECT {"verbose":false,"pedantic":false}\r\n'
+        for s in subjects:
+            out += b"PUB " + s.encode() + b" 1\r\nv\r\n"
+        sock.sendall(out + b"PING\r\n")
+        assert f.readline() == b"PONG\r\n"
+
+
+@pytest.mark.parametrize("page_size", [1000, 5])
+def test_kv_keys_are_listed_as_of_the_snapshot_while_keys_go(server: NatsServer, page_size: int) -> None:
+    """The keys a kvBucket read lists on the driver: every key that may hold a value at the
+    snapshot, whatever is deleted, purged, overwritten or added after it, before and during the
+    listing (one stream-info reply up to page_size keys, an ordered consumer above)."""
+    from jssync.spark._kvlist import list_bucket_keys
+
+    js = _js(server.url)
+    bucket = f"LIST{page_size}"
+    kv = js.create_key_value(bucket, history=3)
+    for i in range(40):
+        kv.put(f"k{i:02d}", b"0")
+    kv.delete("k05")                                             # no value at the snapshot
+    _raw_publish(server.url, [f"$KV.{bucket}.caf\u00e9", f"$KV.{bucket}.a@b", f"$KV.{bucket}.*"])
+    snapshot = js.stream_info(f"KV_{bucket}")
+    kv.put("k30", b"1")                                          # overwritten after the snapshot
+    kv.delete("k31")                                             # deleted after the snapshot
+    calls = [0]
+    real = js.stream_info
+
+    def stream_info(name: str, **kw: Any) -> Any:
+        out = real(name, **kw)
+        calls[0] += 1
+        if calls[0] == 1:  # the listing's first request is answered: keys go, and one comes
+            for i in range(5):
+                kv.delete(f"k{i:02d}")
+            kv.purge_deletes(older_than=0)
+            kv.put("late", b"x")
+        return out
+
+    js.stream_info = stream_info  # type: ignore[method-assign]
+    listed = list_bucket_keys(js, kv, snapshot, page_size=page_size, timeout=5)
+    assert calls[0] >= 1
+    assert listed.method == ("info" if page_size > 40 else "consumer")
+    keys = set(listed.keys)
+    must = {f"k{i:02d}" for i in range(6, 40)} | {"caf\u00e9", "a@b"}
+    assert must <= keys, sorted(must - keys)
+    assert "late" not in keys                                    # written after the snapshot and the listing's start
+    assert keys - must <= {f"k{i:02d}" for i in range(6)}        # nothing else (purged keys may still be listed)
+    if listed.method == "consumer":
+        assert "k05" not in keys                                 # its last message, at the snapshot, is a delete
+    assert listed.unreadable == ("*",)
+    assert list(listed.keys) == sorted(listed.keys)
+
+
+# --------------------------------------------------------------------------- value_format in the writer functions
+
+
+def test_row_payloads_json_and_string_like_the_data_source() -> None:
+    """The writer functions' value_format: the same plan and serialisation as the data source's
+    valueFormat (one copy: RowPayloads, json_plan, json_encoder), and the same errors."""
+    from jssync.spark._values import RowPayloads, json_plan, payload_rows
+
+    wo = WriteOptions(value_format="json")
+    conv = RowPayloads(wo)
+    row = {"id": 1, "name": "x", "subject": "s.a", "headers": {"k": "v"}, "at": None}
+    assert conv(row) == (b'{"id":1,"name":"x","at":null}', "s.a", {"k": "v"}, None)
+    assert conv({"value": {"a": 1}, "subject": "s.b"}) == (b'{"a":1}', "s.b", None, None)  # a struct: the object
+    assert conv({"value": 5, "subject": "s.c"})[0] == b'{"value":5}'                     # not one: a column
+    fixed = RowPayloads(WriteOptions(value_format="json", subject="s.x", msg_id_column="id"))
+    assert fixed({"id": "r1", "subject": "col"}) == (b'{"id":"r1","subject":"col"}', None, None, "r1")
+    with pytest.raises(InvalidOptionError, match=r"^valueFormat: json serialises a struct column 'value'.*\['subject', 'headers'\]"):
+        conv({"subject": "s.a", "headers": None})
+    with pytest.raises(InvalidOptionError, match=r"^valueFormat: json serialises the fields of pyspark Rows or dicts"):
+        conv((b"x", "s.a"))
+    assert json_plan(["value", "subject"], True, wo).struct
+    text = RowPayloads(WriteOptions(value_format="string", subject="s"))
+    assert text({"data": 5}) == ("5", None, None, None) and text({"data": None})[0] == b""
+    assert text((2.5, "s.t")) == ("2.5", "s.t", None, None) and text(7) == "7" and text(b"raw") == b"raw"
+    with pytest.raises(InvalidOptionError, match=r"^dataColumn: column 'data' holds a struct; valueFormat=string"):
+        text({"data": {"a": 1}})
+    with pytest.raises(InvalidOptionError, match=r"^dataColumn: the rows have no column 'data'"):
+        text({"other": 1})
+    rows = [{"data": b"x"}]
+    assert payload_rows(rows, WriteOptions()).__next__() is rows[0]  # binary: the rows as they are
+
+    pytest.importorskip("pyspark")
+    from pyspark.sql import Row
+    from pyspark.sql import types as T
+
+    from jssync.spark.datasource import plan_write_columns
+
+    assert conv(Row(value=Row(a=1, b=Row(c="z")), subject="s.r")) == (b'{"a":1,"b":{"c":"z"}}', "s.r", None, None)
+    assert conv(Row(value={"m": 1}, id=2, subject="s.r"))[0] == b'{"value":{"m":1},"id":2}'  # a map is a column
+    schema = T.StructType([T.StructField("value", T.StructType([T.StructField("a", T.LongType())])),
+                           T.StructField("subject", T.StringType())])
+    plan = plan_write_columns(schema, wo)
+    assert plan is not None and plan.struct
+    assert RowPayloads(wo, plan)(Row(value=None, subject="s.n")) == (b"", "s.n", None, None)  # a null struct
+
+
+def test_row_timestamps_are_written_in_utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyspark hands a timestamp as a datetime without zone in the process's local time; the
+    payload is the instant in UTC, as the data source's Arrow path writes it."""
+    pytest.importorskip("pyspark")
+    from datetime import datetime
+
+    from pyspark.sql import Row
+
+    from jssync.spark._values import RowPayloads
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        local = datetime.fromtimestamp(1738324800)  # 2025-01-31T12:00:00Z, as pyspark makes it here
+        assert local.hour == 21
+        out = RowPayloads(WriteOptions(value_format="json", subject="s"))(Row(at=local, xs=[Row(t=local)]))
+        assert out[0] == b'{"at":"2025-01-31T12:00:00Z","xs":[{"t":"2025-01-31T12:00:00Z"}]}'
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_publish_partition_and_foreach_writer_value_format(server: NatsServer) -> None:
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    from pyspark.sql import Row
+
+    from jssync.spark import JetStreamForeachWriter, publish_partition
+
+    js = _js(server.url)
+    js.create_stream(name="VF", subjects=["vf.>"])
+    rows = [Row(id=i, name=f"n{i}", subject="vf.a") for i in range(3)]
+    assert publish_partition(rows, servers=server.url, run_id="vf1", partition_id=0, value_format="json") == 3
+    assert [js.stream("VF").get_msg(i + 1).data for i in range(3)] == [
+        f'{{"id":{i},"name":"n{i}"}}'.encode() for i in range(3)
+    ]
+    assert publish_partition([{"data": 12.5}], servers=server.url, subject="vf.s", run_id="vf2", partition_id=0,
+                             value_format="string") == 1
+    assert js.stream("VF").get_msg(4).data == b"12.5"
+    with pytest.raises(InvalidOptionError, match="^valueFormat: expected 'binary', 'string' or 'json'"):
+        publish_partition(rows, servers=server.url, run_id="vf3", partition_id=0, value_format="xml")
+    writer = JetStreamForeachWriter(servers=server.url, subject="vf.fe", run_id="q1", value_format="json")
+    writer.open(0, 1)
+    writer.process(Row(value=Row(k="v"), subject="ignored"))
+    writer.process({"a": 1})
+    writer.close(None)
+    assert writer.last_result is not None and writer.last_result.written == 2
+    assert [js.stream("VF").get_msg(s).data for s in (5, 6)] == [b'{"k":"v"}', b'{"a":1}']
+    assert pickle.loads(pickle.dumps(writer))._payloads is None  # only the settings travel
+    writer.open(0, 2)
+    with pytest.raises(InvalidOptionError, match="^valueFormat: json serialises a struct column"):
+        writer.process({"headers": {"k": "v"}})
+    writer.close(InvalidOptionError("x"))
