@@ -13,8 +13,9 @@ Keys are RFC 7230 tokens. Values may hold any text except CR, LF and other contr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Union
+from typing import Final, Union
 
 from .errors import BadHeaderError, RemoteProtocolError
 
@@ -26,6 +27,18 @@ _EMPTY_BLOCK = b"NATS/1.0\r\n\r\n"
 _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 # Control characters forbidden in values: everything below 0x20 except TAB, and DEL.
 _BAD_VALUE_CHARS = frozenset(chr(c) for c in range(0x20) if c != 0x09) | {"\x7f"}
+
+# The common block, checked and split by two regular expressions instead of a Python loop per
+# line (parse_header_block's fast path): no status, every line "Key: Value" with a token key and
+# a value without control characters that does not end in a space or tab. Whatever else the
+# block is, the general parser decides, so the result is always the general parser's.
+_TOKEN_RE: Final = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_VALUE_CHAR_RE: Final = r"[^\x00-\x08\x0a-\x1f\x7f]"
+_COMMON_BLOCK: Final = re.compile(
+    r"NATS/1\.0\r\n(?:" + _TOKEN_RE + ":" + _VALUE_CHAR_RE + r"*(?<![ \t])\r\n)*\r\n"
+)
+_COMMON_LINE: Final = re.compile("(" + _TOKEN_RE + r"):[ \t]*(" + _VALUE_CHAR_RE + r"*)\r\n")
+_FIRST_LINE: Final = len(b"NATS/1.0\r\n")
 
 
 class Headers:
@@ -197,9 +210,18 @@ def parse_header_block(block: bytes) -> tuple[Headers, int | None, str | None]:
     if block == _EMPTY_BLOCK:
         return Headers(), None, None
     try:
-        text = block[:-4].decode()
+        text = block.decode()
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError("header block is not valid UTF-8") from exc
+    if _COMMON_BLOCK.fullmatch(text) is not None:
+        headers = Headers()
+        headers._items = _COMMON_LINE.findall(text, _FIRST_LINE)
+        return headers, None, None
+    return _parse_general(text[:-4])
+
+
+def _parse_general(text: str) -> tuple[Headers, int | None, str | None]:
+    """:func:`parse_header_block` of any block (its text without the closing CRLF CRLF)."""
     lines = text.split("\r\n")
     first = lines[0]
     status: int | None = None
