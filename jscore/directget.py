@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Union
 
+import msgspec
+
 from . import status as _status
 from .errors import (
     BatchGapError,
@@ -62,7 +64,7 @@ from .errors import (
 from .headers import Headers
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Stop
 from .protocol import MsgReceived
-from .jsapi import _check_seq, _DirectGetRequest, check_filter_subject, stored_msg_from_direct
+from .jsapi import _check_seq, _DirectGetRequest, check_filter_subject, stored_msg_and_cursor
 from .models import StoredMsg, encode
 
 __all__ = [
@@ -300,15 +302,32 @@ def last_for_request(
 # =========================================================================== replies
 
 
-def _number(headers: Headers, key: str) -> int | None:
-    """A cursor header as an int; None when absent. :class:`JetStreamError` if it is not a
-    decimal number in 0 .. 2**64-1 (garbage is refused, never guessed at)."""
-    value = headers.get(key)
+_NUM_PENDING: Final = "nats-num-pending"
+_LAST_SEQ: Final = "nats-last-sequence"
+_UP_TO_SEQ: Final = "nats-upto-sequence"
+_SPELLED: Final = {_NUM_PENDING: "Nats-Num-Pending", _LAST_SEQ: "Nats-Last-Sequence", _UP_TO_SEQ: "Nats-UpTo-Sequence"}
+
+
+def _number(server: dict[str, str], key: str) -> int | None:
+    """A cursor header (``key`` in lower case, from the server's headers of a reply) as an int;
+    None when absent. :class:`JetStreamError` if it is not a decimal number in 0 .. 2**64-1
+    (garbage is refused, never guessed at)."""
+    value = server.get(key)
     if value is None:
         return None
     if not (value.isascii() and value.isdigit()) or len(value) > _MAX_DIGITS or int(value) >= _U64:
-        raise JetStreamError(f"invalid direct get reply: {key} {value[:32]!r}")
+        raise JetStreamError(f"invalid direct get reply: {_SPELLED[key]} {value[:32]!r}")
     return int(value)
+
+
+def _cursor_headers(headers: Headers) -> dict[str, str]:
+    """The cursor headers of an end of batch, keyed in lower case (the first value of each)."""
+    server: dict[str, str] = {}
+    for key, value in headers.items():
+        low = key.lower()
+        if low in _SPELLED and low not in server:
+            server[low] = value
+    return server
 
 
 @dataclass(frozen=True)
@@ -326,32 +345,31 @@ def parse_batch_reply(headers: Headers | None, data: bytes) -> BatchReply:
     """Parse a user message (not a status) of a batch: the stored message (its Nats-* headers
     moved into the fields, as :func:`~jscore.jsapi.stored_msg_from_direct` does) and the cursor
     headers. :class:`JetStreamError` when a header is missing or malformed."""
-    msg = stored_msg_from_direct(headers, data, None, None)
-    assert headers is not None  # (stored_msg_from_direct refuses None)
+    msg, server = stored_msg_and_cursor(headers, data)
     return BatchReply(
         msg=msg,
-        num_pending=_number(headers, "Nats-Num-Pending"),
-        last_seq=_number(headers, "Nats-Last-Sequence"),
-        up_to_seq=_number(headers, "Nats-UpTo-Sequence"),
+        num_pending=_number(server, _NUM_PENDING),
+        last_seq=_number(server, _LAST_SEQ),
+        up_to_seq=_number(server, _UP_TO_SEQ),
     )
 
 
 def _parse_eob(headers: Headers | None) -> BatchReply:
     if headers is None:
         raise JetStreamError("invalid end of batch: no Nats-Num-Pending / Nats-Last-Sequence headers")
+    server = _cursor_headers(headers)
     return BatchReply(
         msg=None,
-        num_pending=_number(headers, "Nats-Num-Pending"),
-        last_seq=_number(headers, "Nats-Last-Sequence"),
-        up_to_seq=_number(headers, "Nats-UpTo-Sequence"),
+        num_pending=_number(server, _NUM_PENDING),
+        last_seq=_number(server, _LAST_SEQ),
+        up_to_seq=_number(server, _UP_TO_SEQ),
     )
 
 
 # =========================================================================== events
 
 
-@dataclass(frozen=True)
-class DirectGetRequested:
+class DirectGetRequested(msgspec.Struct, frozen=True):
     """Send ``body`` to ``subject`` with the call's inbox as the reply subject."""
 
     subject: str
@@ -359,13 +377,11 @@ class DirectGetRequested:
     page: int
 
 
-@dataclass(frozen=True)
-class StoredMsgDelivered:
+class StoredMsgDelivered(msgspec.Struct, frozen=True, gc=False):
     msg: StoredMsg
 
 
-@dataclass(frozen=True)
-class DirectGetFinished:
+class DirectGetFinished(msgspec.Struct, frozen=True):
     """The call is over: ``error`` None for a normal end; ``reason`` says which
     (``"eob"``, ``"empty"``, ``"stopped"``, ``"status"``, ``"timeout"``, ``"gap"``,
     ``"unsupported"``, ``"malformed"``)."""
@@ -500,13 +516,14 @@ class DirectGetBatch:
             self._on_status(headers, status, description, now)
             return
         try:
-            reply = parse_batch_reply(headers, data)
+            msg, server = stored_msg_and_cursor(headers, data)
+            num_pending = _number(server, _NUM_PENDING)
+            last_seq = _number(server, _LAST_SEQ)
+            _number(server, _UP_TO_SEQ)  # (checked as every cursor header is; used by the EOB)
         except JetStreamError as exc:
             self._finish(exc, "malformed")
             return
-        msg = reply.msg
-        assert msg is not None
-        if reply.num_pending is None:
+        if num_pending is None:
             if self.delivered == 0 and self.pages == 1:
                 self._finish(
                     BatchGetUnsupportedError(
@@ -518,11 +535,11 @@ class DirectGetBatch:
             else:
                 self._finish(JetStreamError("invalid direct get batch reply: no Nats-Num-Pending"), "malformed")
             return
-        if reply.last_seq is None:
+        if last_seq is None:
             self._finish(JetStreamError("invalid direct get batch reply: no Nats-Last-Sequence"), "malformed")
             return
-        if reply.last_seq != self._page_prev:
-            self._finish(self._gap(f"message {msg.seq} says the one before it was {reply.last_seq}"), "gap")
+        if last_seq != self._page_prev:
+            self._finish(self._gap(f"message {msg.seq} says the one before it was {last_seq}"), "gap")
             return
         if self.last_seq is not None and msg.seq <= self.last_seq:
             self._finish(
@@ -534,7 +551,7 @@ class DirectGetBatch:
         self.delivered += 1
         self.last_seq = msg.seq
         if not self._multi:
-            self.num_pending = reply.num_pending
+            self.num_pending = num_pending
         self._events.append(StoredMsgDelivered(msg))
 
     # -- internals ------------------------------------------------------------------------------

@@ -72,6 +72,7 @@ __all__ = [
     "stored_msg_from_direct",
     "parse_nats_time",
     "DIRECT_GET_HEADERS",
+    "stored_msg_and_cursor",
 ]
 
 T = TypeVar("T")
@@ -562,18 +563,53 @@ def stored_msg_from_direct(
         from .directget import classify_direct_status, direct_status_error  # (directget imports this module)
 
         raise direct_status_error(classify_direct_status(status, description), status, description)
+    return stored_msg_and_cursor(headers, data)[0]
+
+
+# Exact spellings of the server's headers, so that the common reply needs no str.lower().
+_DIRECT_GET_SPELLING: Final = {
+    name: name.lower()
+    for name in (
+        "Nats-Stream",
+        "Nats-Subject",
+        "Nats-Sequence",
+        "Nats-Time-Stamp",
+        "Nats-Num-Pending",
+        "Nats-Last-Sequence",
+        "Nats-UpTo-Sequence",
+    )
+}
+
+
+def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredMsg, dict[str, str]]:
+    """The :class:`StoredMsg` of a direct get reply that is not a status, and the server's
+    headers of the reply keyed in lower case (the first value of each; the batch cursor
+    ``nats-num-pending``, ``nats-last-sequence`` and ``nats-upto-sequence`` among them). One
+    pass over the headers: case-insensitive, as ``Headers.get`` is. :class:`JetStreamError`
+    when one the message needs is missing or malformed."""
     if headers is None:
         raise JetStreamError("invalid direct get reply: no headers")
-    stream = headers.get("Nats-Stream")
-    subject = headers.get("Nats-Subject")
-    seq_text = headers.get("Nats-Sequence")
-    stamp = headers.get("Nats-Time-Stamp")
+    server: dict[str, str] = {}
+    own: list[tuple[str, str]] = []
+    spelling = _DIRECT_GET_SPELLING
+    for item in headers.items():
+        key = spelling.get(item[0])
+        if key is None:
+            key = item[0].lower()
+            if key not in DIRECT_GET_HEADERS:
+                own.append(item)
+                continue
+        if key not in server:
+            server[key] = item[1]
+    stream = server.get("nats-stream")
+    subject = server.get("nats-subject")
+    seq_text = server.get("nats-sequence")
+    stamp = server.get("nats-time-stamp")
     if not stream or not subject or not seq_text or not stamp:
         raise JetStreamError(f"invalid direct get reply: missing Nats-* headers in {headers!r}")
     if not (seq_text.isascii() and seq_text.isdigit()):
         raise JetStreamError(f"invalid direct get reply: Nats-Sequence {seq_text!r}")
-    own = [(k, v) for k, v in headers.items() if k.lower() not in DIRECT_GET_HEADERS]
-    return StoredMsg(
+    msg = StoredMsg(
         subject=subject,
         seq=int(seq_text),
         data=data,
@@ -581,3 +617,4 @@ def stored_msg_from_direct(
         time=parse_nats_time(stamp),
         stream=stream,
     )
+    return msg, server
