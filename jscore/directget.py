@@ -302,32 +302,23 @@ def last_for_request(
 # =========================================================================== replies
 
 
-_NUM_PENDING: Final = "nats-num-pending"
-_LAST_SEQ: Final = "nats-last-sequence"
-_UP_TO_SEQ: Final = "nats-upto-sequence"
-_SPELLED: Final = {_NUM_PENDING: "Nats-Num-Pending", _LAST_SEQ: "Nats-Last-Sequence", _UP_TO_SEQ: "Nats-UpTo-Sequence"}
-
-
-def _number(server: dict[str, str], key: str) -> int | None:
-    """A cursor header (``key`` in lower case, from the server's headers of a reply) as an int;
-    None when absent. :class:`JetStreamError` if it is not a decimal number in 0 .. 2**64-1
-    (garbage is refused, never guessed at)."""
-    value = server.get(key)
+def _number(value: str | None, name: str) -> int | None:
+    """A cursor header's text as an int; None when absent. :class:`JetStreamError` if it is
+    not a decimal number in 0 .. 2**64-1 (garbage is refused, never guessed at)."""
     if value is None:
         return None
     if not (value.isascii() and value.isdigit()) or len(value) > _MAX_DIGITS or int(value) >= _U64:
-        raise JetStreamError(f"invalid direct get reply: {_SPELLED[key]} {value[:32]!r}")
+        raise JetStreamError(f"invalid direct get reply: {name} {value[:32]!r}")
     return int(value)
 
 
-def _cursor_headers(headers: Headers) -> dict[str, str]:
-    """The cursor headers of an end of batch, keyed in lower case (the first value of each)."""
-    server: dict[str, str] = {}
-    for key, value in headers.items():
-        low = key.lower()
-        if low in _SPELLED and low not in server:
-            server[low] = value
-    return server
+def _cursor(pending: str | None, last: str | None, up_to: str | None) -> tuple[int | None, int | None, int | None]:
+    """The cursor headers' texts as numbers (each checked, in this order)."""
+    return (
+        _number(pending, "Nats-Num-Pending"),
+        _number(last, "Nats-Last-Sequence"),
+        _number(up_to, "Nats-UpTo-Sequence"),
+    )
 
 
 @dataclass(frozen=True)
@@ -345,25 +336,18 @@ def parse_batch_reply(headers: Headers | None, data: bytes) -> BatchReply:
     """Parse a user message (not a status) of a batch: the stored message (its Nats-* headers
     moved into the fields, as :func:`~jscore.jsapi.stored_msg_from_direct` does) and the cursor
     headers. :class:`JetStreamError` when a header is missing or malformed."""
-    msg, server = stored_msg_and_cursor(headers, data)
-    return BatchReply(
-        msg=msg,
-        num_pending=_number(server, _NUM_PENDING),
-        last_seq=_number(server, _LAST_SEQ),
-        up_to_seq=_number(server, _UP_TO_SEQ),
-    )
+    msg, texts = stored_msg_and_cursor(headers, data)
+    num_pending, last_seq, up_to_seq = _cursor(*texts)
+    return BatchReply(msg=msg, num_pending=num_pending, last_seq=last_seq, up_to_seq=up_to_seq)
 
 
 def _parse_eob(headers: Headers | None) -> BatchReply:
     if headers is None:
         raise JetStreamError("invalid end of batch: no Nats-Num-Pending / Nats-Last-Sequence headers")
-    server = _cursor_headers(headers)
-    return BatchReply(
-        msg=None,
-        num_pending=_number(server, _NUM_PENDING),
-        last_seq=_number(server, _LAST_SEQ),
-        up_to_seq=_number(server, _UP_TO_SEQ),
+    num_pending, last_seq, up_to_seq = _cursor(
+        headers.get("Nats-Num-Pending"), headers.get("Nats-Last-Sequence"), headers.get("Nats-UpTo-Sequence")
     )
+    return BatchReply(msg=None, num_pending=num_pending, last_seq=last_seq, up_to_seq=up_to_seq)
 
 
 # =========================================================================== events
@@ -516,10 +500,8 @@ class DirectGetBatch:
             self._on_status(headers, status, description, now)
             return
         try:
-            msg, server = stored_msg_and_cursor(headers, data)
-            num_pending = _number(server, _NUM_PENDING)
-            last_seq = _number(server, _LAST_SEQ)
-            _number(server, _UP_TO_SEQ)  # (checked as every cursor header is; used by the EOB)
+            msg, texts = stored_msg_and_cursor(headers, data)
+            num_pending, last_seq, _ = _cursor(*texts)  # (the UpTo is checked too; an EOB's counts)
         except JetStreamError as exc:
             self._finish(exc, "malformed")
             return

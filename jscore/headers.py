@@ -48,12 +48,35 @@ class Headers:
     case given is what goes on the wire. ``h[key]`` and ``get`` give the first value.
     """
 
-    __slots__ = ("_items",)
+    __slots__ = ("_pairs", "_block")
 
     def __init__(self, items: HeadersInput | None = None) -> None:
-        self._items: list[tuple[str, str]] = []
+        self._pairs: list[tuple[str, str]] = []
+        # A block the parser checked but has not split into pairs yet (split on first use:
+        # most messages' headers are never read, and the direct get reads its own from it).
+        self._block: str | None = None
         if items is not None:
-            self._items.extend(_iter_input(items))
+            self._pairs.extend(_iter_input(items))
+
+    @property
+    def _items(self) -> list[tuple[str, str]]:
+        block = self._block
+        if block is not None:
+            self._pairs = _COMMON_LINE.findall(block, _FIRST_LINE)
+            self._block = None
+        return self._pairs
+
+    @_items.setter
+    def _items(self, pairs: list[tuple[str, str]]) -> None:
+        self._pairs = pairs
+        self._block = None
+
+    def _unsplit(self) -> str | None:
+        """The whole block text (``NATS/1.0\r\n ... \r\n\r\n``) of headers the parser
+        accepted through its common form (no status; every line ``Key: Value`` with no control
+        character and no trailing space or tab) and that were not split or changed since; else
+        None. For readers of a well-known server layout (:mod:`jscore.jsapi`)."""
+        return self._block
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -99,7 +122,7 @@ class Headers:
         return len(self.keys())
 
     def __bool__(self) -> bool:
-        return bool(self._items)
+        return self._block is not None or bool(self._pairs)  # (a checked block has a line)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -215,7 +238,7 @@ def parse_header_block(block: bytes) -> tuple[Headers, int | None, str | None]:
         raise RemoteProtocolError("header block is not valid UTF-8") from exc
     if _COMMON_BLOCK.fullmatch(text) is not None:
         headers = Headers()
-        headers._items = _COMMON_LINE.findall(text, _FIRST_LINE)
+        headers._block = text
         return headers, None, None
     return _parse_general(text[:-4])
 

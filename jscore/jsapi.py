@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Final, TypeVar
+from typing import Final, TypeVar, Union
 
 import msgspec
 
@@ -73,6 +73,7 @@ __all__ = [
     "parse_nats_time",
     "DIRECT_GET_HEADERS",
     "stored_msg_and_cursor",
+    "DirectCursor",
 ]
 
 T = TypeVar("T")
@@ -581,30 +582,52 @@ _DIRECT_GET_SPELLING: Final = {
 }
 
 
-def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredMsg, dict[str, str]]:
-    """The :class:`StoredMsg` of a direct get reply that is not a status, and the server's
-    headers of the reply keyed in lower case (the first value of each; the batch cursor
-    ``nats-num-pending``, ``nats-last-sequence`` and ``nats-upto-sequence`` among them). One
-    pass over the headers: case-insensitive, as ``Headers.get`` is. :class:`JetStreamError`
-    when one the message needs is missing or malformed."""
+# A direct get reply as nats-server writes it (its headers only, in this order; the cursor
+# headers of a batch after them), read in one match from the checked, unsplit block. Any
+# other block (the message's own headers, another order or spelling) is read pair by pair.
+_DIRECT_REPLY: Final = re.compile(
+    r"NATS/1\.0\r\nNats-Stream:[ \t]*([^\r\n]*)\r\nNats-Subject:[ \t]*([^\r\n]*)\r\n"
+    r"Nats-Sequence:[ \t]*([^\r\n]*)\r\nNats-Time-Stamp:[ \t]*([^\r\n]*)\r\n"
+    r"(?:Nats-Num-Pending:[ \t]*([^\r\n]*)\r\n)?(?:Nats-Last-Sequence:[ \t]*([^\r\n]*)\r\n)?"
+    r"(?:Nats-UpTo-Sequence:[ \t]*([^\r\n]*)\r\n)?\r\n"
+)
+
+DirectCursor = tuple[Union[str, None], Union[str, None], Union[str, None]]
+"""The texts of a reply's ``Nats-Num-Pending``, ``Nats-Last-Sequence`` and
+``Nats-UpTo-Sequence`` headers (None where absent)."""
+
+
+def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredMsg, DirectCursor]:
+    """The :class:`StoredMsg` of a direct get reply that is not a status, and the texts of its
+    batch cursor headers (:data:`DirectCursor`; the first value of each). Header names are
+    matched case-insensitively and the first value counts, as ``Headers.get`` does.
+    :class:`JetStreamError` when a header the message needs is missing or malformed."""
     if headers is None:
         raise JetStreamError("invalid direct get reply: no headers")
-    server: dict[str, str] = {}
     own: list[tuple[str, str]] = []
-    spelling = _DIRECT_GET_SPELLING
-    for item in headers.items():
-        key = spelling.get(item[0])
-        if key is None:
-            key = item[0].lower()
-            if key not in DIRECT_GET_HEADERS:
-                own.append(item)
-                continue
-        if key not in server:
-            server[key] = item[1]
-    stream = server.get("nats-stream")
-    subject = server.get("nats-subject")
-    seq_text = server.get("nats-sequence")
-    stamp = server.get("nats-time-stamp")
+    block = headers._unsplit()
+    m = None if block is None else _DIRECT_REPLY.fullmatch(block)
+    if m is not None:
+        stream, subject, seq_text, stamp, pending, last, up_to = m.groups()
+    else:
+        server: dict[str, str] = {}
+        spelling = _DIRECT_GET_SPELLING
+        for item in headers.items():
+            key = spelling.get(item[0])
+            if key is None:
+                key = item[0].lower()
+                if key not in DIRECT_GET_HEADERS:
+                    own.append(item)
+                    continue
+            if key not in server:
+                server[key] = item[1]
+        stream = server.get("nats-stream")
+        subject = server.get("nats-subject")
+        seq_text = server.get("nats-sequence")
+        stamp = server.get("nats-time-stamp")
+        pending = server.get("nats-num-pending")
+        last = server.get("nats-last-sequence")
+        up_to = server.get("nats-upto-sequence")
     if not stream or not subject or not seq_text or not stamp:
         raise JetStreamError(f"invalid direct get reply: missing Nats-* headers in {headers!r}")
     if not (seq_text.isascii() and seq_text.isdigit()):
@@ -617,4 +640,4 @@ def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredM
         time=parse_nats_time(stamp),
         stream=stream,
     )
-    return msg, server
+    return msg, (pending, last, up_to)

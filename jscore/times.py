@@ -174,7 +174,8 @@ def format_rfc3339(value: datetime) -> str:
     )
 
 
-# The form nats-server 2.15 sends (``2026-11-22T01:44:53.269610481Z``, 30 characters) is read
+# The form nats-server 2.15 sends (``2026-11-22T01:44:53.269610481Z``, trailing zeros of the
+# fraction left out) is read
 # without the general expression: the date and time before the fraction, checked once, are
 # cached (the messages of one batch share a handful of seconds), so a stamp costs two slices,
 # one int() and the datetime constructor.
@@ -182,6 +183,7 @@ _SECOND_RE: Final = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)")
 _seconds: dict[str, tuple[int, int, int, int, int, int]] = {}
 _SECONDS_LIMIT: Final = 1024
 _new_datetime: Final = datetime.__new__
+_FRACTION_SCALE: Final = tuple(10 ** (9 - digits) for digits in range(10))
 
 
 def _second_fields(head: str) -> tuple[int, int, int, int, int, int] | None:
@@ -189,15 +191,15 @@ def _second_fields(head: str) -> tuple[int, int, int, int, int, int] | None:
     m = _SECOND_RE.fullmatch(head)
     if m is None:
         return None
-    fields = tuple(int(g) for g in m.groups())
+    year, month, day, hour, minute, second = (int(g) for g in m.groups())
     try:
-        datetime(*fields)  # type: ignore[misc]
+        datetime(year, month, day, hour, minute, second)
     except ValueError:
         return None
     if len(_seconds) >= _SECONDS_LIMIT:
         _seconds.clear()
-    _seconds[head] = fields  # type: ignore[assignment]
-    return fields  # type: ignore[return-value]
+    fields = _seconds[head] = (year, month, day, hour, minute, second)
+    return fields
 
 
 def parse_nats_time(text: str) -> NatsTime:
@@ -205,13 +207,13 @@ def parse_nats_time(text: str) -> NatsTime:
     what nats-server 2.15 sends) or Go's ``time.String()`` form (``2022-08-06 00:29:27.587861324
     +0000 UTC``, older servers' ``Nats-Time-Stamp``). Returns an exact :class:`NatsTime`.
     Raises ValueError if it is neither."""
-    if len(text) == 30 and text[29] == "Z" and text[19] == ".":
-        frac = text[20:29]
+    if 22 <= len(text) <= 30 and text[-1] == "Z" and text[19] == ".":
+        frac = text[20:-1]  # 1 to 9 digits (Go leaves out trailing zeros)
         if frac.isdecimal():
             head = text[:19]
             fields = _seconds.get(head) or _second_fields(head)
             if fields is not None:
-                nanos = int(frac)
+                nanos = int(frac) * _FRACTION_SCALE[len(frac)]
                 value: NatsTime = _new_datetime(NatsTime, *fields, nanos // 1000, timezone.utc)
                 value._nanosecond = nanos % 1000
                 return value

@@ -374,3 +374,40 @@ def test_fast_path_agrees_on_header_lines(lines: list[str]) -> None:
 )
 def test_fast_path_examples(block: bytes) -> None:
     assert _parsed(block) == _general(block)
+
+
+def test_a_parsed_block_is_split_on_first_use_and_behaves_like_any_headers() -> None:
+    import copy
+    import pickle
+
+    block = b"NATS/1.0\r\nA: 1\r\nb: x\r\na:\t2\r\n\r\n"
+    for use in (
+        lambda h: h.items(),
+        lambda h: h.get("B"),
+        lambda h: h["a"],
+        lambda h: h.keys(),
+        lambda h: len(h),
+        lambda h: "A" in h,
+        lambda h: h == Headers([("A", "1"), ("b", "x"), ("a", "2")]),
+        lambda h: repr(h),
+        lambda h: encode_headers(h),
+        lambda h: h.copy().items(),
+        lambda h: copy.deepcopy(h).items(),
+        lambda h: pickle.loads(pickle.dumps(h)).items(),
+        lambda h: Headers(h).items(),
+    ):
+        h, _, _ = parse_header_block(block)
+        assert h._unsplit() is not None and bool(h)
+        use(h)
+        assert h.items() == [("A", "1"), ("b", "x"), ("a", "2")]
+        assert h.get_all("a") == ["1", "2"]
+    h, _, _ = parse_header_block(block)
+    h.add("C", "3")  # a change splits it first, and then it is no longer the server's block
+    assert h._unsplit() is None
+    assert h.items() == [("A", "1"), ("b", "x"), ("a", "2"), ("C", "3")]
+    h, _, _ = parse_header_block(block)
+    h["A"] = "9"
+    assert h.items() == [("b", "x"), ("A", "9")]
+    h, _, _ = parse_header_block(block)
+    del h["b"]
+    assert h.items() == [("A", "1"), ("a", "2")] and h._unsplit() is None
