@@ -307,9 +307,11 @@ def _number(value: str | None, name: str) -> int | None:
     not a decimal number in 0 .. 2**64-1 (garbage is refused, never guessed at)."""
     if value is None:
         return None
-    if not (value.isascii() and value.isdigit()) or len(value) > _MAX_DIGITS or int(value) >= _U64:
-        raise JetStreamError(f"invalid direct get reply: {name} {value[:32]!r}")
-    return int(value)
+    if value.isdigit() and value.isascii() and len(value) <= _MAX_DIGITS:
+        number = int(value)
+        if number < _U64:
+            return number
+    raise JetStreamError(f"invalid direct get reply: {name} {value[:32]!r}")
 
 
 def _cursor(pending: str | None, last: str | None, up_to: str | None) -> tuple[int | None, int | None, int | None]:
@@ -486,22 +488,25 @@ class DirectGetBatch:
         """Shorthand for ``handle(Stop(), now)``."""
         self.handle(Stop(), now)
 
-    def receive_msg(self, msg: MsgReceived, now: float) -> None:
-        """Feed one message of the inbox. Never raises for what the server sent."""
-        self.receive(msg.headers, msg.data, msg.status, msg.description, now)
-
     def receive(
         self, headers: Headers | None, data: bytes, status: int | None, description: str | None, now: float
     ) -> None:
         """:meth:`receive_msg` with the message's parts."""
+        self.receive_msg(MsgReceived("", 0, None, data, headers, status, description), now)
+
+    def receive_msg(self, msg: MsgReceived, now: float) -> None:
+        """Feed one message of the inbox. Never raises for what the server sent."""
         if self.done:
             return  # late (after a timeout or stop): not delivered
-        if status is not None:
-            self._on_status(headers, status, description, now)
+        if msg.status is not None:
+            self._on_status(msg.headers, msg.status, msg.description, now)
             return
         try:
-            msg, texts = stored_msg_and_cursor(headers, data)
-            num_pending, last_seq, _ = _cursor(*texts)  # (the UpTo is checked too; an EOB's counts)
+            stored, (pending, last, up_to) = stored_msg_and_cursor(msg.headers, msg.data)
+            num_pending = _number(pending, "Nats-Num-Pending")
+            last_seq = _number(last, "Nats-Last-Sequence")
+            if up_to is not None:
+                _number(up_to, "Nats-UpTo-Sequence")  # (checked as every cursor header is; an EOB's counts)
         except JetStreamError as exc:
             self._finish(exc, "malformed")
             return
@@ -521,20 +526,20 @@ class DirectGetBatch:
             self._finish(JetStreamError("invalid direct get batch reply: no Nats-Last-Sequence"), "malformed")
             return
         if last_seq != self._page_prev:
-            self._finish(self._gap(f"message {msg.seq} says the one before it was {last_seq}"), "gap")
+            self._finish(self._gap(f"message {stored.seq} says the one before it was {last_seq}"), "gap")
             return
-        if self.last_seq is not None and msg.seq <= self.last_seq:
+        if self.last_seq is not None and stored.seq <= self.last_seq:
             self._finish(
-                JetStreamError(f"invalid direct get batch reply: seq {msg.seq} after {self.last_seq}"), "malformed"
+                JetStreamError(f"invalid direct get batch reply: seq {stored.seq} after {self.last_seq}"), "malformed"
             )
             return
-        self._page_prev = msg.seq
+        self._page_prev = stored.seq
         self._page_count += 1
         self.delivered += 1
-        self.last_seq = msg.seq
+        self.last_seq = stored.seq
         if not self._multi:
             self.num_pending = num_pending
-        self._events.append(StoredMsgDelivered(msg))
+        self._events.append(StoredMsgDelivered(stored))
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -183,6 +183,7 @@ _SECOND_RE: Final = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)")
 _seconds: dict[str, tuple[int, int, int, int, int, int]] = {}
 _SECONDS_LIMIT: Final = 1024
 _new_datetime: Final = datetime.__new__
+_UTC: Final = timezone.utc
 _FRACTION_SCALE: Final = tuple(10 ** (9 - digits) for digits in range(10))
 
 
@@ -214,7 +215,7 @@ def parse_nats_time(text: str) -> NatsTime:
             fields = _seconds.get(head) or _second_fields(head)
             if fields is not None:
                 nanos = int(frac) * _FRACTION_SCALE[len(frac)]
-                value: NatsTime = _new_datetime(NatsTime, *fields, nanos // 1000, timezone.utc)
+                value: NatsTime = _new_datetime(NatsTime, *fields, nanos // 1000, _UTC)
                 value._nanosecond = nanos % 1000
                 return value
     m = _TIME_RE.fullmatch(text.strip())
