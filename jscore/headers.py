@@ -160,6 +160,8 @@ class Headers:
         return f"Headers({self._items!r})"
 
 
+_new_headers: Final = object.__new__
+
 HeadersInput = Union[Headers, Mapping[str, Union[str, Sequence[str]]], Iterable[tuple[str, str]]]
 
 
@@ -237,7 +239,8 @@ def parse_header_block(block: bytes) -> tuple[Headers, int | None, str | None]:
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError("header block is not valid UTF-8") from exc
     if _COMMON_BLOCK.fullmatch(text) is not None:
-        headers = Headers()
+        headers = _new_headers(Headers)  # (what Headers() makes, without its __init__ call)
+        headers._pairs = []
         headers._block = text
         return headers, None, None
     return _parse_general(text[:-4])
