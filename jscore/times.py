@@ -32,6 +32,9 @@ from typing import Any, Final
 __all__ = ["NatsTime", "parse_nats_time", "format_rfc3339", "from_unix_ns", "unix_ns"]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_UTC: Final = timezone.utc
+_SECONDS_LIMIT: Final = 1024  # entries of each cache of seconds below
+_new_datetime: Final = datetime.__new__  # (makes a NatsTime without its checks: callers give valid fields)
 _US: Final = timedelta(microseconds=1)
 
 _TIME_RE: Final = re.compile(
@@ -154,8 +157,23 @@ def unix_ns(value: datetime) -> int:
     return micros * 1000 + _nanos(value)
 
 
+_utc_seconds: dict[int, tuple[int, int, int, int, int, int]] = {}
+
+
 def from_unix_ns(ns: int, tz: tzinfo = timezone.utc) -> NatsTime:
     """The :class:`NatsTime` of ``ns`` nanoseconds since the Unix epoch."""
+    if tz is _UTC:
+        # (the common case, every message's metadata: the date and time of the second cached)
+        seconds, below = divmod(ns, 1_000_000_000)
+        fields = _utc_seconds.get(seconds)
+        if fields is None:
+            d = _EPOCH + timedelta(seconds=seconds)
+            if len(_utc_seconds) >= _SECONDS_LIMIT:
+                _utc_seconds.clear()
+            fields = _utc_seconds[seconds] = (d.year, d.month, d.day, d.hour, d.minute, d.second)
+        value: NatsTime = _new_datetime(NatsTime, *fields, below // 1000, _UTC)
+        value._nanosecond = below % 1000
+        return value
     micros, nanos = divmod(ns, 1000)
     d = (_EPOCH + timedelta(microseconds=micros)).astimezone(tz)
     return NatsTime(d.year, d.month, d.day, d.hour, d.minute, d.second, d.microsecond, d.tzinfo, nanosecond=nanos)
@@ -181,9 +199,6 @@ def format_rfc3339(value: datetime) -> str:
 # one int() and the datetime constructor.
 _SECOND_RE: Final = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)")
 _seconds: dict[str, tuple[int, int, int, int, int, int]] = {}
-_SECONDS_LIMIT: Final = 1024
-_new_datetime: Final = datetime.__new__
-_UTC: Final = timezone.utc
 _FRACTION_SCALE: Final = tuple(10 ** (9 - digits) for digits in range(10))
 
 

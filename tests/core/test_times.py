@@ -150,3 +150,16 @@ def test_server_form_fast_path_refuses_impossible_dates() -> None:
     t = parse_nats_time("2026-02-28T23:59:59.999999999Z")
     assert t.ns == unix_ns(datetime(2026, 2, 28, 23, 59, 59, 999999, tzinfo=timezone.utc)) + 999
     assert type(t) is NatsTime and t.nanosecond == 999 and t.tzinfo is timezone.utc
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(min_value=-(2**62), max_value=2**63))
+def test_utc_fast_path_of_from_unix_ns_agrees_with_the_general_one(ns: int) -> None:
+    fast = from_unix_ns(ns)
+    general = from_unix_ns(ns, timezone(timedelta(0)))  # (another object for UTC: the general path)
+    assert fast.ns == general.ns == ns
+    assert type(fast) is NatsTime and fast.tzinfo is timezone.utc
+    assert (fast.year, fast.month, fast.day, fast.hour, fast.minute, fast.second, fast.microsecond) == (
+        general.year, general.month, general.day, general.hour, general.minute, general.second, general.microsecond
+    )
+    assert fast.nanosecond == general.nanosecond
