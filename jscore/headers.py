@@ -8,7 +8,9 @@ Wire form of a header block::
 
 Keys are RFC 7230 tokens. Values may hold any text except CR, LF and other control characters
 (TAB excepted). Invalid input raises :class:`BadHeaderError` when encoding and
-:class:`RemoteProtocolError` when parsing; nothing is ever rewritten or sanitized.
+:class:`RemoteProtocolError` when parsing; nothing is ever rewritten or sanitized. Headers of the
+wrong shape altogether (a number, a str, bytes) are an :class:`InvalidOptionError` naming
+``headers``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Final, Union
 
-from .errors import BadHeaderError, RemoteProtocolError
+from .errors import BadHeaderError, InvalidOptionError, RemoteProtocolError
 
 __all__ = ["Headers", "HeadersInput", "encode_headers", "parse_header_block", "HEADER_PREFIX"]
 
@@ -179,10 +181,31 @@ def _iter_input(items: HeadersInput) -> Iterator[tuple[str, str]]:
             else:
                 raise BadHeaderError(f"header {key!r}: value must be a str or a sequence of str, got {type(value).__name__}")
         return
-    for pair in items:
-        if not isinstance(pair, tuple) or len(pair) != 2:
-            raise BadHeaderError(f"headers: expected (key, value) pairs, got {pair!r}")
-        yield pair
+    # The shape is checked on the error path only (no cost for good headers): a value that is
+    # not iterable, or a str / bytes (iterable, but no pairs; an empty one yields nothing).
+    try:
+        for pair in items:
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                if items.__class__ in _NOT_PAIRS:
+                    raise _shape_error(items)
+                raise BadHeaderError(f"headers: expected (key, value) pairs, got {pair!r}")
+            yield pair
+    except TypeError as exc:
+        if not hasattr(items, "__iter__"):
+            raise _shape_error(items) from exc
+        raise
+    if items.__class__ in _NOT_PAIRS:
+        raise _shape_error(items)
+
+
+_NOT_PAIRS = frozenset({str, bytes, bytearray, memoryview})
+
+
+def _shape_error(items: object) -> InvalidOptionError:
+    return InvalidOptionError(
+        "headers must be a Headers, a mapping of str to str (or to a list of str) or a sequence "
+        f"of (key, value) pairs, got {type(items).__name__}"
+    )
 
 
 def _check_key(key: object) -> str:

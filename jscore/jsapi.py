@@ -37,6 +37,7 @@ from .models import (
     StoredMsg,
     StreamConfig,
     _Model,
+    check_config,
     encode,
 )
 from .protocol import check_publish_subject, check_subscribe_subject
@@ -56,6 +57,7 @@ __all__ = [
     "check_filter_subject",
     "check_group_name",
     "has_wildcard",
+    "subject_matches",
     "ApiSubjects",
     "stream_config_request",
     "stream_info_request",
@@ -163,6 +165,21 @@ def check_group_name(group: object) -> str:
 
 def has_wildcard(subject: str) -> bool:
     return any(tok == "*" or tok == ">" for tok in subject.split("."))
+
+
+def subject_matches(subject: str, filter_subject: str) -> bool:
+    """Whether the literal ``subject`` is matched by ``filter_subject`` (``*`` one token, ``>``
+    one or more trailing tokens), as the server matches a stream's subjects."""
+    if "*" not in filter_subject and ">" not in filter_subject:
+        return subject == filter_subject
+    toks = subject.split(".")
+    pattern = filter_subject.split(".")
+    for i, p in enumerate(pattern):
+        if p == ">":
+            return len(toks) > i
+        if i >= len(toks) or (p != "*" and p != toks[i]):
+            return False
+    return len(toks) == len(pattern)
 
 
 # =========================================================================== subjects
@@ -307,9 +324,11 @@ def _check_seq(seq: object, what: str = "seq") -> int:
     return seq
 
 
-def _check_stream_config(cfg: StreamConfig) -> None:
+def _check_stream_config(cfg: StreamConfig) -> bytes:
+    """The body of a stream config once it is checked (types first, then names and subjects)."""
     if not isinstance(cfg, StreamConfig):
         raise InvalidOptionError(f"expected a StreamConfig, got {type(cfg).__name__}")
+    body = check_config(cfg)
     check_stream_name(cfg.name)
     for subject in cfg.subjects or ():
         check_filter_subject(subject, "stream subject")
@@ -317,12 +336,13 @@ def _check_stream_config(cfg: StreamConfig) -> None:
         check_name(source.name, "source stream name")
         if source.filter_subject:
             check_filter_subject(source.filter_subject, "source filter subject")
+    return body
 
 
 def stream_config_request(cfg: StreamConfig) -> bytes:
-    """The body of ``STREAM.CREATE`` / ``STREAM.UPDATE``: the config, unset fields omitted."""
-    _check_stream_config(cfg)
-    return encode(cfg)
+    """The body of ``STREAM.CREATE`` / ``STREAM.UPDATE``: the config, unset fields omitted.
+    A field of the wrong type is an :class:`InvalidOptionError` naming it."""
+    return _check_stream_config(cfg)
 
 
 def stream_info_request(*, deleted_details: bool = False, subjects_filter: str | None = None, offset: int = 0) -> bytes:
@@ -360,6 +380,7 @@ def consumer_create_request(
     if action not in (ACTION_CREATE, ACTION_UPDATE, ACTION_CREATE_OR_UPDATE):
         raise InvalidOptionError(f"invalid consumer action {action!r}")
     check_stream_name(stream)
+    check_config(cfg)  # (every field of the model's type, before the names and subjects in it)
     if cfg.durable_name is not None:
         check_name(cfg.durable_name, "durable name")
     if cfg.name is not None:

@@ -30,17 +30,22 @@ from jscore.errors import JetStreamError, NatsError, NoRespondersError, TimeoutE
 from jscore.machine import MachineFailed, Stop
 from jscore.models import (
     ConsumerConfig,
+    ConsumerConfigFields,
+    DeliverPolicy,
     ConsumerInfo,
     MsgGetResponse,
     PurgeResponse,
     StoredMsg,
     StreamInfo,
     SuccessResponse,
+    spell_out_fields,
 )
 
 from .client import shell_of
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from .client import Client
     from .ordered import OrderedConsumer
     from .consumer import Consumer
@@ -229,19 +234,25 @@ class Stream:
 
     # ------------------------------------------------------------------ consumers
 
+    @spell_out_fields(ConsumerConfigFields)
     def create_consumer(
-        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Unpack[ConsumerConfigFields]
     ) -> Consumer:
+        """:meth:`JetStream.create_consumer` on this stream."""
         return self._js.create_consumer(self._name, config, timeout=timeout, **fields)
 
+    @spell_out_fields(ConsumerConfigFields)
     def update_consumer(
-        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Unpack[ConsumerConfigFields]
     ) -> Consumer:
+        """:meth:`JetStream.update_consumer` on this stream."""
         return self._js.update_consumer(self._name, config, timeout=timeout, **fields)
 
+    @spell_out_fields(ConsumerConfigFields)
     def create_or_update_consumer(
-        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Unpack[ConsumerConfigFields]
     ) -> Consumer:
+        """:meth:`JetStream.create_or_update_consumer` on this stream."""
         return self._js.create_or_update_consumer(self._name, config, timeout=timeout, **fields)
 
     def consumer(self, name: str, *, bind: bool = False, timeout: float | None = None) -> Consumer:
@@ -257,9 +268,20 @@ class Stream:
     def consumer_names(self, *, timeout: float | None = None) -> Iterator[str]:
         return self._js.consumer_names(self._name, timeout=timeout)
 
-    def ordered_consumer(self, **options: Any) -> OrderedConsumer:
+    def ordered_consumer(
+        self,
+        *,
+        filter_subjects: str | Sequence[str] | None = None,
+        deliver_policy: DeliverPolicy | str | None = None,
+        opt_start_seq: int | None = None,
+        opt_start_time: datetime | None = None,
+        headers_only: bool = False,
+    ) -> OrderedConsumer:
         """An ordered consumer of this stream (see :meth:`JetStream.ordered_consumer`)."""
-        return self._js.ordered_consumer(self._name, **options)
+        return self._js.ordered_consumer(
+            self._name, filter_subjects=filter_subjects, deliver_policy=deliver_policy,
+            opt_start_seq=opt_start_seq, opt_start_time=opt_start_time, headers_only=headers_only,
+        )
 
 
 class DirectGetIterator(Iterator[StoredMsg]):

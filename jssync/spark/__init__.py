@@ -1,6 +1,6 @@
 """PySpark integration: exactly-once writers and the ``jetstream`` data source.
 
-Needs the ``spark`` extra (``pip install 'jssync[spark]'``: pyspark >= 4.0 and pyarrow). The
+Needs the ``spark`` extra (``pip install -e '.[spark]'`` in the jssync checkout: pyspark >= 4.0 and pyarrow). The
 package itself imports without them, so configs can be built and checked anywhere; every Spark
 entry point raises an :class:`ImportError` saying what to install when they are missing.
 
@@ -37,6 +37,7 @@ from ._writer import (
     ShortDuplicateWindowError,
     WriteResult,
     check_duplicate_window,
+    check_targets,
     check_write_id,
     ensure_checked,
     make_write_id,
@@ -63,13 +64,14 @@ __all__ = [
     "write_rows",
     "write_partition",
     "check_duplicate_window",
+    "check_targets",
     "get_client",
     "discard_client",
     "require_spark",
     "INSTALL_HINT",
 ]
 
-INSTALL_HINT = "pip install 'jssync[spark]'"
+INSTALL_HINT = "pip install -e '.[spark]' (in the jssync checkout)"
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 """The Spark local property holding a streaming query's id (stable across restarts from the
@@ -144,6 +146,7 @@ _WRITE_KEYS = frozenset(
         "max_pending",
         "ack_timeout",
         "retries",
+        "check_subjects",
     }
 )
 
@@ -260,8 +263,12 @@ class JetStreamForeachWriter:
     """A ``writeStream.foreach`` writer: ``df.writeStream.foreach(JetStreamForeachWriter(
     servers=url, subject="orders.new")).start()``.
 
-    Nothing connects in the constructor (it runs on the driver and the object is pickled to the
-    executors): ``open(partition_id, epoch_id)`` takes the process's cached connection,
+    The constructor runs on the driver: it checks the target there (:func:`check_targets`: a
+    stream captures the subject, the subject-mode stream settings, the duplicate window, whose
+    :class:`DuplicateWindowWarning` is given here and not again by the executors) on a short-lived
+    cached connection, unless ``driver_check=False`` (then each executor process checks once).
+    Only the settings are pickled to the executors: ``open(partition_id, epoch_id)`` takes the
+    process's cached connection,
     ``process(row)`` publishes asynchronously, ``close(error)`` waits for every ack (re-sending
     transient failures) and raises if one failed, so the epoch's task fails and Spark retries it.
     A failed ``process`` or ``close`` closes and drops the cached client.
@@ -278,12 +285,16 @@ class JetStreamForeachWriter:
         subject: str | None = None,
         *,
         run_id: str | None = None,
+        driver_check: bool = True,
         **options: Any,
     ) -> None:
         require_spark()
         self.config, self.options = make_configs(servers, subject, options)
         if run_id is not None:
             check_write_id(run_id, "run_id")
+        if driver_check:
+            with _cache.lease(self.config) as client:
+                self.options = check_targets(client, self.options, stacklevel=3)
         self.run_id = run_id
         self._writer: PartitionWriter | None = None
         self._client: Client | None = None
@@ -400,7 +411,8 @@ def write_batch(
     restart from the checkpoint; ``query_id`` overrides it, and is required outside a streaming
     query), so a batch re-run after a failure or a restart publishes the same msg ids and the
     stream keeps one copy. Runs on the driver: checks the stream's duplicate window (a
-    :class:`DuplicateWindowWarning` here, on the driver), then publishes the partitions in
+    :class:`DuplicateWindowWarning` here, on the driver) and that a stream captures the subject,
+    then publishes the partitions in
     parallel on the executors (``batch_df.rdd.mapPartitions``) and sums their counts.
     """
     require_spark()
@@ -421,10 +433,9 @@ def write_batch(
             "query_id (stable across re-runs of the batch) or msg_id_column"
         )
     selected = _select_columns(batch_df, wo)
-    # The window check on the driver, where a warning is seen (executors skip it then).
+    # The checks on the driver, where a warning is seen (the executors skip them: checked=True).
     with _cache.lease(config) as client:
-        check_duplicate_window(client, wo, stacklevel=3)
-    wo_exec = WriteOptions(**{**_fields(wo), "min_duplicate_window": 0.0}) if wo.dedupe_mode == "msgid" else wo
+        wo_exec = check_targets(client, wo, stacklevel=3)
     counts = selected.rdd.mapPartitions(_partition_writer(config, wo_exec, write_id)).collect()
     total = 0
     for written, _duplicates, _resent in counts:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -112,7 +114,7 @@ def test_encode_accepts_every_input_form_directly() -> None:
     assert encode_headers(Headers([("A", "1"), ("A", "2")])) == expected
 
 
-@pytest.mark.parametrize("given", [{"A": 1}, {"A": b"x"}, {"A": None}, ["A"], [("A", "1", "2")], "A: 1"], ids=repr)
+@pytest.mark.parametrize("given", [{"A": 1}, {"A": b"x"}, {"A": None}, ["A"], [("A", "1", "2")]], ids=repr)
 def test_bad_input_forms(given: object) -> None:
     with pytest.raises(BadHeaderError):
         encode_headers(given)  # type: ignore[arg-type]
@@ -411,3 +413,25 @@ def test_a_parsed_block_is_split_on_first_use_and_behaves_like_any_headers() -> 
     h, _, _ = parse_header_block(block)
     del h["b"]
     assert h.items() == [("A", "1"), ("a", "2")] and h._unsplit() is None
+
+
+@pytest.mark.parametrize("bad", [5, 3.5, object(), "", "Key: value", b"", b"Key: value", bytearray(b"x"), True])
+def test_headers_of_the_wrong_shape_are_an_invalid_option_naming_headers(bad: object) -> None:
+    from jscore.errors import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError, match="^headers must be "):
+        encode_headers(bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOptionError, match="^headers must be "):
+        Headers(bad)  # type: ignore[arg-type]
+
+
+def test_an_error_inside_a_header_iterable_is_not_renamed() -> None:
+    """Only a value that is not iterable at all is the shape error; a TypeError raised by the
+    caller's own iterable comes out as it was."""
+
+    def pairs() -> Iterator[tuple[str, str]]:
+        yield ("a", "b")
+        raise TypeError("from the caller's generator")
+
+    with pytest.raises(TypeError, match="caller's generator"):
+        encode_headers(pairs())

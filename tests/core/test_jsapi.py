@@ -9,9 +9,11 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jscore import errors, jsapi
-from jscore.headers import Headers
+from jscore.headers import Headers, parse_header_block
 from jscore.models import ConsumerConfig, MsgGetResponse, RawStoredMsg, StreamConfig, StreamSource, decode_response
 
 UTC = timezone.utc
@@ -509,10 +511,6 @@ def test_utc_offset_zero_is_utc() -> None:
 # A reply whose block is exactly the server's own layout is read in one match; every other block
 # pair by pair. Both must give the same message and cursor (or both refuse).
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from jscore.headers import parse_header_block  # noqa: E402
 
 _SERVER_LINES = [
     ("Nats-Stream", "KV_b"),
@@ -597,3 +595,13 @@ def test_direct_reply_fast_read_of_the_servers_layout() -> None:
     assert (msg.stream, msg.subject, msg.seq, msg.headers, msg.data) == ("KV_b", "$KV.b.k", 42, None, b"x")
     assert msg.time is not None and msg.time.ns % 1_000_000_000 == 424187740
     assert cursor == ("7", "41", "99")
+
+
+def test_subject_matches() -> None:
+    from jscore.jsapi import subject_matches
+
+    assert subject_matches("a.b", "a.b") and not subject_matches("a.b", "a.c")
+    assert subject_matches("a.b", "a.*") and not subject_matches("a.b.c", "a.*")
+    assert subject_matches("a.b.c", "a.>") and not subject_matches("a", "a.>")
+    assert subject_matches("x.b.y", "*.b.*") and not subject_matches("x.c.y", "*.b.*")
+    assert subject_matches("a", ">") and not subject_matches("a.b", "a")
