@@ -154,10 +154,13 @@ class FetchResult:
         q = self._driver._q
         while not self._ended:
             try:
-                item = q.get(timeout=max(0.0, self._deadline - _monotonic()))
+                item = q.get_nowait()  # (the common case: the batch arrived ahead of the reader)
             except queue.Empty:
-                self._end(TimeoutError("the fetch did not finish by its deadline"), "deadline")
-                return
+                try:
+                    item = q.get(timeout=max(0.0, self._deadline - _monotonic()))
+                except queue.Empty:
+                    self._end(TimeoutError("the fetch did not finish by its deadline"), "deadline")
+                    return
             if item.__class__ is JsMsg:
                 self._msgs.append(item)
                 yield item
