@@ -100,6 +100,52 @@ def test_decode_other_writers() -> None:
             O.decode_info(bad)
 
 
+
+# Found by fuzz/fuzz_objmeta.py (each input is in fuzz/corpus/objmeta/).
+
+
+@pytest.mark.parametrize("nuid", [">", "*", "a.b", "a b", "a\x00", ".", "x.>"])
+def test_decode_refuses_a_nuid_that_is_not_one_token(nuid: str) -> None:
+    """The chunks of an object are ``$O.<bucket>.C.<nuid>``: the reader subscribes to it and a
+    put or a delete purges it. A stored nuid of ``>`` made that every chunk of the bucket."""
+    doc = json.dumps({"name": "o", "bucket": "b", "nuid": nuid, "size": 1, "chunks": 1}).encode()
+    with pytest.raises(BadObjectMetaError, match="nuid"):
+        O.decode_info(doc)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"name": ""}, {"size": -1}, {"chunks": -2}, {"options": {"max_chunk_size": -1}}],
+    ids=["empty-name", "negative-size", "negative-chunks", "negative-max-chunk-size"],
+)
+def test_decode_refuses_impossible_metadata(fields: dict[str, object]) -> None:
+    doc = json.dumps({"name": "o", "bucket": "b", "nuid": "N", **fields}).encode()
+    with pytest.raises(BadObjectMetaError):
+        O.decode_info(doc)
+
+
+def test_a_name_that_is_not_utf8_is_refused_before_anything() -> None:
+    """A lone surrogate (a file name decoded with surrogateescape) raised UnicodeEncodeError
+    out of meta_subject."""
+    with pytest.raises(InvalidObjectNameError, match="UTF-8"):
+        O.check_object_name("report-\udcff.txt")
+    assert O.meta_subject("b", "report-\u00ff.txt") == "$O.b.M." + base64.urlsafe_b64encode("report-\u00ff.txt".encode()).decode()
+
+
+@pytest.mark.parametrize("tail", ["=!", "==", "= ", "!", "\n", "+"])
+def test_digest_with_extra_characters_is_refused(tail: str) -> None:
+    """Python's base64 decoder skips characters outside the alphabet: ``SHA-256=<43 chars>=!``
+    read as a digest. Only the prefix and the base64url of 32 bytes (its ``=`` optional) are."""
+    good = O.digest_string(hashlib.sha256(b"x").digest())
+    with pytest.raises(DigestMismatchError):
+        O.digest_bytes(good.rstrip("=") + tail)
+    with pytest.raises(DigestMismatchError):
+        O.digest_bytes(good.replace("SHA-256=", "SHA-256= "))
+    std = "SHA-256=" + base64.b64encode(bytes([0xFB]) * 32).decode()  # the standard alphabet's + and /
+    with pytest.raises(DigestMismatchError):
+        O.digest_bytes(std)
+
+
 def _info(data: bytes, chunk: int) -> O.ObjectInfo:
     p = O.PutProgress(chunk)
     for i in range(0, len(data), chunk):
