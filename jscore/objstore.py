@@ -232,7 +232,7 @@ def decode_info(data: bytes, mtime: datetime | None = None) -> ObjectInfo:
             if opts.get("link") is None:
                 opts.pop("link", None)
         info = msgspec.convert(doc, ObjectInfo)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:  # (deep nesting)
         raise BadObjectMetaError(f"invalid object metadata: {exc}") from exc
     problem = _unusable(info)
     if problem is not None:

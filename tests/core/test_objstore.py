@@ -132,6 +132,12 @@ def test_a_name_that_is_not_utf8_is_refused_before_anything() -> None:
     assert O.meta_subject("b", "report-\u00ff.txt") == "$O.b.M." + base64.urlsafe_b64encode("report-\u00ff.txt".encode()).decode()
 
 
+def test_deeply_nested_metadata_is_bad_metadata() -> None:
+    """msgspec's RecursionError escaped decode_info."""
+    with pytest.raises(BadObjectMetaError):
+        O.decode_info(b'{"name":"o","metadata":' + b"[" * 1000 + b"]" * 1000 + b"}")
+
+
 @pytest.mark.parametrize("tail", ["=!", "==", "= ", "!", "\n", "+"])
 def test_digest_with_extra_characters_is_refused(tail: str) -> None:
     """Python's base64 decoder skips characters outside the alphabet: ``SHA-256=<43 chars>=!``
