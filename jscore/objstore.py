@@ -40,6 +40,7 @@ from .models import (
     StreamConfig,
 )
 from .ordered import ChoiceSource
+from .protocol import MAX_SUBJECT_BYTES
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -138,7 +139,15 @@ def chunk_subject(bucket: str, nuid: str) -> str:
 
 
 def meta_subject(bucket: str, name: str) -> str:
-    return f"$O.{bucket}.M.{encode_name(name)}"
+    """``$O.<bucket>.M.<base64url(name)>``; :class:`InvalidObjectNameError` for a name whose
+    subject would be over the subject limit (about 1.3 KiB of UTF-8)."""
+    subject = f"$O.{bucket}.M.{encode_name(check_object_name(name))}"
+    if len(subject) > MAX_SUBJECT_BYTES:
+        raise InvalidObjectNameError(
+            f"object name too long: {len(name.encode())} bytes of UTF-8 make a {len(subject)}-byte subject, "
+            f"over the {MAX_SUBJECT_BYTES}-byte limit"
+        )
+    return subject
 
 
 def all_chunks_subject(bucket: str) -> str:
@@ -232,7 +241,7 @@ def decode_info(data: bytes, mtime: datetime | None = None) -> ObjectInfo:
             if opts.get("link") is None:
                 opts.pop("link", None)
         info = msgspec.convert(doc, ObjectInfo)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:  # (deep nesting)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError) as exc:
         raise BadObjectMetaError(f"invalid object metadata: {exc}") from exc
     problem = _unusable(info)
     if problem is not None:

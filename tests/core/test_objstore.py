@@ -132,10 +132,27 @@ def test_a_name_that_is_not_utf8_is_refused_before_anything() -> None:
     assert O.meta_subject("b", "report-\u00ff.txt") == "$O.b.M." + base64.urlsafe_b64encode("report-\u00ff.txt".encode()).decode()
 
 
+def test_a_name_too_long_for_its_subject_is_an_invalid_name() -> None:
+    """The metadata subject carries the name in base64url (4 characters per 3 bytes): a name
+    whose subject is over the subject limit failed later, naming that internal subject."""
+    from jscore.protocol import MAX_SUBJECT_BYTES, check_publish_subject
+
+    longest = (MAX_SUBJECT_BYTES - len("$O.b.M.")) // 4 * 3
+    check_publish_subject(O.meta_subject("b", "x" * longest))
+    with pytest.raises(InvalidObjectNameError, match="too long"):
+        O.meta_subject("b", "x" * (longest + 1))
+
+
 def test_deeply_nested_metadata_is_bad_metadata() -> None:
     """msgspec's RecursionError escaped decode_info."""
     with pytest.raises(BadObjectMetaError):
         O.decode_info(b'{"name":"o","metadata":' + b"[" * 1000 + b"]" * 1000 + b"}")
+
+
+def test_metadata_that_is_not_utf8_is_bad_metadata() -> None:
+    """msgspec's UnicodeDecodeError (a string that is not UTF-8) escaped decode_info."""
+    with pytest.raises(BadObjectMetaError):
+        O.decode_info(b'{"name":"o\xff"}')
 
 
 @pytest.mark.parametrize("tail", ["=!", "==", "= ", "!", "\n", "+"])
