@@ -40,6 +40,9 @@ TARGETS: dict[str, int] = {
     "apijson": 4096,
     "directget": 4096,
     "info": 4096,
+    "creds": 4096,
+    "kv": 4096,
+    "objmeta": 4096,
 }
 """Every target by name, with the largest input libFuzzer makes for it (``-max_len``)."""
 

@@ -244,14 +244,8 @@ def looks_like_seed(text: str) -> bool:
 
 
 def _crc16(data: bytes) -> int:
-    """CRC-16/XMODEM, the checksum of nkeys."""
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
-            crc &= 0xFFFF
-    return crc
+    """CRC-16/XMODEM, the checksum of nkeys (``binascii.crc_hqx`` from 0 is that CRC)."""
+    return binascii.crc_hqx(data, 0)
 
 
 def check_user_seed(seed: bytes | bytearray) -> None:

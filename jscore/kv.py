@@ -261,20 +261,20 @@ def status_from_info(bucket: str, info: StreamInfo) -> KeyValueStatus:
 
 
 def operation_of(headers: Headers | None) -> KeyValueOp:
-    """What a stored message records, from ``KV-Operation`` or a server limit marker."""
+    """What a stored message records, read as nats.go reads it: ``KV-Operation`` exactly
+    ``DEL`` or ``PURGE`` (an absent or empty one falls through), else a server limit marker's
+    ``Nats-Marker-Reason`` exactly ``Remove`` (a delete), ``MaxAge`` or ``Purge`` (a purge);
+    anything else is a put and keeps its value. Header names match without regard to case."""
     if not headers:
         return KeyValueOp.PUT
     op = headers.get(KV_OPERATION)
-    if op is not None:
-        op = op.strip().upper()
-        if op == "DEL":
-            return KeyValueOp.DEL
-        if op == "PURGE":
-            return KeyValueOp.PURGE
-        return KeyValueOp.PUT
+    if op:
+        return KeyValueOp.DEL if op == "DEL" else KeyValueOp.PURGE if op == "PURGE" else KeyValueOp.PUT
     reason = headers.get(MARKER_REASON)
-    if reason is not None:
-        return KeyValueOp.DEL if reason.strip() == "Remove" else KeyValueOp.PURGE
+    if reason == "Remove":
+        return KeyValueOp.DEL
+    if reason == "MaxAge" or reason == "Purge":
+        return KeyValueOp.PURGE
     return KeyValueOp.PUT
 
 

@@ -43,6 +43,7 @@ from .models import (
 from .headers import Headers
 from .models import check_placement
 from .ordered import ChoiceSource
+from .protocol import MAX_SUBJECT_BYTES
 from .validate import check_bool
 from .watch import WatchOptions, WatchState
 
@@ -88,6 +89,8 @@ ZERO_TIME: Final = "0001-01-01T00:00:00Z"
 _BUCKET_RE: Final = re.compile(r"[A-Za-z0-9_-]+")
 _NUID_ALPHABET: Final = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _SHA256_LEN: Final = 32
+_DIGEST_RE: Final = re.compile(r"(?i:SHA-256)=([A-Za-z0-9_-]{43})=?")
+_TOKEN_RE: Final = re.compile(r"[^\s\x00-\x1f\x7f.]+")  # one literal subject token (no wildcard checked here)
 
 
 # =========================================================================== names
@@ -101,10 +104,17 @@ def check_bucket(bucket: object) -> str:
 
 
 def check_object_name(name: object) -> str:
-    """The object name, or :class:`InvalidObjectNameError`. Any non-empty string is a name:
-    it travels base64url-encoded in the subject."""
+    """The object name, or :class:`InvalidObjectNameError`. Any non-empty string that has a
+    UTF-8 form is a name (not one with a lone surrogate, as ``surrogateescape`` makes of an
+    undecodable file name): it travels base64url-encoded in the subject."""
     if not isinstance(name, str) or not name:
         raise InvalidObjectNameError(f"invalid object name {name!r}: a non-empty string is needed")
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise InvalidObjectNameError(
+            f"invalid object name {name[:64]!r}: it has no UTF-8 form (a lone surrogate)"
+        ) from None
     return name
 
 
@@ -136,7 +146,15 @@ def chunk_subject(bucket: str, nuid: str) -> str:
 
 
 def meta_subject(bucket: str, name: str) -> str:
-    return f"$O.{bucket}.M.{encode_name(name)}"
+    """``$O.<bucket>.M.<base64url(name)>``; :class:`InvalidObjectNameError` for a name whose
+    subject would be over the subject limit (about 1.3 KiB of UTF-8)."""
+    subject = f"$O.{bucket}.M.{encode_name(check_object_name(name))}"
+    if len(subject) > MAX_SUBJECT_BYTES:
+        raise InvalidObjectNameError(
+            f"object name too long: {len(name.encode())} bytes of UTF-8 make a {len(subject)}-byte subject, "
+            f"over the {MAX_SUBJECT_BYTES}-byte limit"
+        )
+    return subject
 
 
 def all_chunks_subject(bucket: str) -> str:
@@ -249,9 +267,28 @@ def decode_info(data: bytes, mtime: datetime | None = None) -> ObjectInfo:
             if opts.get("link") is None:
                 opts.pop("link", None)
         info = msgspec.convert(doc, ObjectInfo)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError) as exc:
         raise BadObjectMetaError(f"invalid object metadata: {exc}") from exc
+    problem = _unusable(info)
+    if problem is not None:
+        raise BadObjectMetaError(f"invalid object metadata: {problem}")
     return msgspec.structs.replace(info, mtime=mtime) if mtime is not None else info
+
+
+def _unusable(info: ObjectInfo) -> str | None:
+    """Why a decoded document cannot be acted on, or None. The nuid names the chunk subject
+    that a get reads and a put or delete purges: one literal token, never a wildcard."""
+    if not info.name:
+        return "an empty name"
+    nuid = info.nuid
+    if nuid and (nuid == "*" or nuid == ">" or not _TOKEN_RE.fullmatch(nuid)):
+        return f"nuid {nuid[:64]!r} is not one literal subject token"
+    if info.size < 0 or info.chunks < 0:
+        return f"a negative size or chunk count ({info.size}, {info.chunks})"
+    options = info.options
+    if options is not None and options.max_chunk_size is not None and options.max_chunk_size < 0:
+        return f"a negative max_chunk_size ({options.max_chunk_size})"
+    return None
 
 
 def deleted_marker(info: ObjectInfo) -> ObjectInfo:
@@ -270,19 +307,19 @@ def digest_string(sha256: bytes) -> str:
 
 
 def digest_bytes(digest: str) -> bytes:
-    """The 32 bytes of a digest string; the prefix is matched case-insensitively (older nats.go
-    wrote ``sha-256=``); padding is optional. :class:`DigestMismatchError` if unreadable."""
-    prefix, sep, value = digest.partition("=")
-    if not sep or prefix.upper() != "SHA-256":
-        raise DigestMismatchError(f"unsupported object digest {digest!r}")
-    value = value.rstrip("=")
+    """The 32 bytes of a digest string: ``SHA-256=`` and the base64url of 32 bytes (43
+    characters and an optional ``=``). The prefix is matched case-insensitively (older nats.go
+    wrote ``sha-256=``). :class:`DigestMismatchError` for anything else (base64's habit of
+    skipping characters outside its alphabet is not followed)."""
+    match = _DIGEST_RE.fullmatch(digest) if isinstance(digest, str) else None
+    if match is None:
+        prefix, sep, _ = str(digest).partition("=")
+        kind = "unreadable" if sep and prefix.upper() == "SHA-256" else "unsupported"
+        raise DigestMismatchError(f"{kind} object digest {str(digest)[:80]!r}")
     try:
-        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
-    except (binascii.Error, ValueError):
-        raise DigestMismatchError(f"unreadable object digest {digest!r}") from None
-    if len(raw) != _SHA256_LEN:
-        raise DigestMismatchError(f"unreadable object digest {digest!r}")
-    return raw
+        return base64.urlsafe_b64decode(match.group(1) + "=")
+    except (binascii.Error, ValueError):  # pragma: no cover - the pattern is base64url of 32 bytes
+        raise DigestMismatchError(f"unreadable object digest {digest[:80]!r}") from None
 
 
 def check_digest(expected: str | None, computed: bytes) -> None:

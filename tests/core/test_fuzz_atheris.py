@@ -27,6 +27,9 @@ RUNS = {
     "apijson": 5_000,
     "directget": 10_000,
     "info": 2_000,
+    "creds": 500,
+    "kv": 1_500,
+    "objmeta": 4_000,
 }
 """Executions per target: a second or two each at the rates measured (fuzz/README.md)."""
 CAP_SECONDS = 8

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from jscore import kv as K
 from jscore.errors import InvalidKeyError, InvalidOptionError, KeyDeletedError, KeyNotFoundError
-from jscore.headers import Headers
+from jscore.headers import Headers, parse_header_block
 from jscore.jsapi import stream_config_request
 from jscore.kv import KeyValueEntry, KeyValueOp, WatchOptions, WatchState
 from jscore.models import DiscardPolicy, StorageType
@@ -117,6 +117,30 @@ def test_operation_of() -> None:
     assert K.operation_of(Headers({"Nats-Marker-Reason": "Purge"})) is KeyValueOp.PURGE
     assert K.operation_of(Headers({"Nats-Marker-Reason": "Remove"})) is KeyValueOp.DEL
     assert K.operation_of(Headers({"Other": "x"})) is KeyValueOp.PUT
+
+
+
+@pytest.mark.parametrize(
+    ("headers", "op"),
+    [
+        ({"KV-Operation": "del"}, KeyValueOp.PUT),  # values match exactly, as nats.go reads them
+        ({"KV-Operation": " DEL"}, KeyValueOp.DEL),  # (the header parser trims values)
+        ({"KV-Operation": "Purge"}, KeyValueOp.PUT),
+        ({"KV-Operation": "PUT", "Nats-Marker-Reason": "Remove"}, KeyValueOp.PUT),
+        ({"KV-Operation": "", "Nats-Marker-Reason": "Remove"}, KeyValueOp.DEL),  # an empty one falls through
+        ({"Nats-Marker-Reason": ""}, KeyValueOp.PUT),  # found by fuzz/fuzz_kv.py: read as a purge, value lost
+        ({"Nats-Marker-Reason": "maxage"}, KeyValueOp.PUT),
+        ({"Nats-Marker-Reason": "Other"}, KeyValueOp.PUT),
+    ],
+)
+def test_operation_of_reads_headers_as_nats_go(headers: dict[str, str], op: KeyValueOp) -> None:
+    """A message that is not a marker keeps its value: only the exact values nats.go reads as
+    markers are markers (an unknown or empty ``Nats-Marker-Reason`` was read as a purge)."""
+    block = "NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    parsed, _, _ = parse_header_block(block.encode())
+    assert K.operation_of(parsed) is op
+    entry = K.entry_from_stored("B", "$KV.B.k", 5, b"value", parsed, T0)
+    assert entry.operation is op and entry.value == (b"value" if op is KeyValueOp.PUT else b"")
 
 
 def test_entries() -> None:

@@ -100,6 +100,75 @@ def test_decode_other_writers() -> None:
             O.decode_info(bad)
 
 
+
+# Found by fuzz/fuzz_objmeta.py (each input is in fuzz/corpus/objmeta/).
+
+
+@pytest.mark.parametrize("nuid", [">", "*", "a.b", "a b", "a\x00", ".", "x.>"])
+def test_decode_refuses_a_nuid_that_is_not_one_token(nuid: str) -> None:
+    """The chunks of an object are ``$O.<bucket>.C.<nuid>``: the reader subscribes to it and a
+    put or a delete purges it. A stored nuid of ``>`` made that every chunk of the bucket."""
+    doc = json.dumps({"name": "o", "bucket": "b", "nuid": nuid, "size": 1, "chunks": 1}).encode()
+    with pytest.raises(BadObjectMetaError, match="nuid"):
+        O.decode_info(doc)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"name": ""}, {"size": -1}, {"chunks": -2}, {"options": {"max_chunk_size": -1}}],
+    ids=["empty-name", "negative-size", "negative-chunks", "negative-max-chunk-size"],
+)
+def test_decode_refuses_impossible_metadata(fields: dict[str, object]) -> None:
+    doc = json.dumps({"name": "o", "bucket": "b", "nuid": "N", **fields}).encode()
+    with pytest.raises(BadObjectMetaError):
+        O.decode_info(doc)
+
+
+def test_a_name_that_is_not_utf8_is_refused_before_anything() -> None:
+    """A lone surrogate (a file name decoded with surrogateescape) raised UnicodeEncodeError
+    out of meta_subject."""
+    with pytest.raises(InvalidObjectNameError, match="UTF-8"):
+        O.check_object_name("report-\udcff.txt")
+    assert O.meta_subject("b", "report-\u00ff.txt") == "$O.b.M." + base64.urlsafe_b64encode("report-\u00ff.txt".encode()).decode()
+
+
+def test_a_name_too_long_for_its_subject_is_an_invalid_name() -> None:
+    """The metadata subject carries the name in base64url (4 characters per 3 bytes): a name
+    whose subject is over the subject limit failed later, naming that internal subject."""
+    from jscore.protocol import MAX_SUBJECT_BYTES, check_publish_subject
+
+    longest = (MAX_SUBJECT_BYTES - len("$O.b.M.")) // 4 * 3
+    check_publish_subject(O.meta_subject("b", "x" * longest))
+    with pytest.raises(InvalidObjectNameError, match="too long"):
+        O.meta_subject("b", "x" * (longest + 1))
+
+
+def test_deeply_nested_metadata_is_bad_metadata() -> None:
+    """msgspec's RecursionError escaped decode_info."""
+    with pytest.raises(BadObjectMetaError):
+        O.decode_info(b'{"name":"o","metadata":' + b"[" * 1000 + b"]" * 1000 + b"}")
+
+
+def test_metadata_that_is_not_utf8_is_bad_metadata() -> None:
+    """msgspec's UnicodeDecodeError (a string that is not UTF-8) escaped decode_info."""
+    with pytest.raises(BadObjectMetaError):
+        O.decode_info(b'{"name":"o\xff"}')
+
+
+@pytest.mark.parametrize("tail", ["=!", "==", "= ", "!", "\n", "+"])
+def test_digest_with_extra_characters_is_refused(tail: str) -> None:
+    """Python's base64 decoder skips characters outside the alphabet: ``SHA-256=<43 chars>=!``
+    read as a digest. Only the prefix and the base64url of 32 bytes (its ``=`` optional) are."""
+    good = O.digest_string(hashlib.sha256(b"x").digest())
+    with pytest.raises(DigestMismatchError):
+        O.digest_bytes(good.rstrip("=") + tail)
+    with pytest.raises(DigestMismatchError):
+        O.digest_bytes(good.replace("SHA-256=", "SHA-256= "))
+    std = "SHA-256=" + base64.b64encode(bytes([0xFB]) * 32).decode()  # the standard alphabet's + and /
+    with pytest.raises(DigestMismatchError):
+        O.digest_bytes(std)
+
+
 def _info(data: bytes, chunk: int) -> O.ObjectInfo:
     p = O.PutProgress(chunk)
     for i in range(0, len(data), chunk):
