@@ -282,7 +282,7 @@ def test_streaming_query_stopped_mid_batch_restarts_exactly_once(
     from pyspark.sql.functions import udf
 
     @udf("binary")
-    def slow(data: bytes) -> bytes:  # (about 1.5 s per 1000 rows: the stop lands mid-batch)
+    def slow(data: bytes) -> bytes:  # (about 1.5 s per 1000 rows: the stop lands in the batch)
         time.sleep(0.0015)
         return data
 
@@ -301,7 +301,9 @@ def test_streaming_query_stopped_mid_batch_restarts_exactly_once(
         time.sleep(0.2)
     q.stop()
     stored_at_stop = js.stream(dst).info().state.messages
-    assert 0 < stored_at_stop < n, stored_at_stop  # stopped in the middle of the batch
+    # Stopped inside batch 0: its rows are partly or (when the stop waited for the running
+    # tasks) wholly stored, and it is not committed, so the restart runs it again.
+    assert 0 < stored_at_stop <= n, stored_at_stop
     commits = [p.name for p in (ckpt / "commits").iterdir() if p.name.isdigit()] if (ckpt / "commits").exists() else []
     assert commits == []  # batch 0 was not committed
     q = query({"availableNow": True})
