@@ -433,15 +433,18 @@ def test_stop_delivers_nothing_more_and_joins_threads(env: PullEnv) -> None:
     env.publish(50)
     baseline = threading.active_count()
     gate = threading.Event()
+    entered = threading.Event()
     rec = Recorder()
 
     def handler(msg: Any) -> None:
+        entered.set()
         gate.wait(10.0)
         rec(msg)
 
     cc = c.consume(handler, max_messages=20, expires=EXPIRES, heartbeat=HB)
     assert threading.active_count() == baseline + 1
     wait_until(lambda: c.info().num_ack_pending >= 20, 3.0, what="a full buffer")
+    assert entered.wait(3.0), "the handler was never called"  # (stop() below must find it running)
     stopper = threading.Thread(target=cc.stop)
     stopper.start()
     time.sleep(0.1)
