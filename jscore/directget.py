@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Union
 
+import msgspec
+
 from . import status as _status
 from .errors import (
     BatchGapError,
@@ -62,7 +64,7 @@ from .errors import (
 from .headers import Headers
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Stop
 from .protocol import MsgReceived
-from .jsapi import _check_seq, _DirectGetRequest, check_filter_subject, stored_msg_from_direct
+from .jsapi import _check_seq, _DirectGetRequest, check_filter_subject, stored_msg_and_cursor
 from .models import StoredMsg, encode
 
 __all__ = [
@@ -300,15 +302,25 @@ def last_for_request(
 # =========================================================================== replies
 
 
-def _number(headers: Headers, key: str) -> int | None:
-    """A cursor header as an int; None when absent. :class:`JetStreamError` if it is not a
-    decimal number in 0 .. 2**64-1 (garbage is refused, never guessed at)."""
-    value = headers.get(key)
+def _number(value: str | None, name: str) -> int | None:
+    """A cursor header's text as an int; None when absent. :class:`JetStreamError` if it is
+    not a decimal number in 0 .. 2**64-1 (garbage is refused, never guessed at)."""
     if value is None:
         return None
-    if not (value.isascii() and value.isdigit()) or len(value) > _MAX_DIGITS or int(value) >= _U64:
-        raise JetStreamError(f"invalid direct get reply: {key} {value[:32]!r}")
-    return int(value)
+    if value.isdigit() and value.isascii() and len(value) <= _MAX_DIGITS:
+        number = int(value)
+        if number < _U64:
+            return number
+    raise JetStreamError(f"invalid direct get reply: {name} {value[:32]!r}")
+
+
+def _cursor(pending: str | None, last: str | None, up_to: str | None) -> tuple[int | None, int | None, int | None]:
+    """The cursor headers' texts as numbers (each checked, in this order)."""
+    return (
+        _number(pending, "Nats-Num-Pending"),
+        _number(last, "Nats-Last-Sequence"),
+        _number(up_to, "Nats-UpTo-Sequence"),
+    )
 
 
 @dataclass(frozen=True)
@@ -326,32 +338,24 @@ def parse_batch_reply(headers: Headers | None, data: bytes) -> BatchReply:
     """Parse a user message (not a status) of a batch: the stored message (its Nats-* headers
     moved into the fields, as :func:`~jscore.jsapi.stored_msg_from_direct` does) and the cursor
     headers. :class:`JetStreamError` when a header is missing or malformed."""
-    msg = stored_msg_from_direct(headers, data, None, None)
-    assert headers is not None  # (stored_msg_from_direct refuses None)
-    return BatchReply(
-        msg=msg,
-        num_pending=_number(headers, "Nats-Num-Pending"),
-        last_seq=_number(headers, "Nats-Last-Sequence"),
-        up_to_seq=_number(headers, "Nats-UpTo-Sequence"),
-    )
+    msg, texts = stored_msg_and_cursor(headers, data)
+    num_pending, last_seq, up_to_seq = _cursor(*texts)
+    return BatchReply(msg=msg, num_pending=num_pending, last_seq=last_seq, up_to_seq=up_to_seq)
 
 
 def _parse_eob(headers: Headers | None) -> BatchReply:
     if headers is None:
         raise JetStreamError("invalid end of batch: no Nats-Num-Pending / Nats-Last-Sequence headers")
-    return BatchReply(
-        msg=None,
-        num_pending=_number(headers, "Nats-Num-Pending"),
-        last_seq=_number(headers, "Nats-Last-Sequence"),
-        up_to_seq=_number(headers, "Nats-UpTo-Sequence"),
+    num_pending, last_seq, up_to_seq = _cursor(
+        headers.get("Nats-Num-Pending"), headers.get("Nats-Last-Sequence"), headers.get("Nats-UpTo-Sequence")
     )
+    return BatchReply(msg=None, num_pending=num_pending, last_seq=last_seq, up_to_seq=up_to_seq)
 
 
 # =========================================================================== events
 
 
-@dataclass(frozen=True)
-class DirectGetRequested:
+class DirectGetRequested(msgspec.Struct, frozen=True):
     """Send ``body`` to ``subject`` with the call's inbox as the reply subject."""
 
     subject: str
@@ -359,13 +363,11 @@ class DirectGetRequested:
     page: int
 
 
-@dataclass(frozen=True)
-class StoredMsgDelivered:
+class StoredMsgDelivered(msgspec.Struct, frozen=True, gc=False):
     msg: StoredMsg
 
 
-@dataclass(frozen=True)
-class DirectGetFinished:
+class DirectGetFinished(msgspec.Struct, frozen=True):
     """The call is over: ``error`` None for a normal end; ``reason`` says which
     (``"eob"``, ``"empty"``, ``"stopped"``, ``"status"``, ``"timeout"``, ``"gap"``,
     ``"unsupported"``, ``"malformed"``)."""
@@ -486,27 +488,29 @@ class DirectGetBatch:
         """Shorthand for ``handle(Stop(), now)``."""
         self.handle(Stop(), now)
 
-    def receive_msg(self, msg: MsgReceived, now: float) -> None:
-        """Feed one message of the inbox. Never raises for what the server sent."""
-        self.receive(msg.headers, msg.data, msg.status, msg.description, now)
-
     def receive(
         self, headers: Headers | None, data: bytes, status: int | None, description: str | None, now: float
     ) -> None:
         """:meth:`receive_msg` with the message's parts."""
+        self.receive_msg(MsgReceived("", 0, None, data, headers, status, description), now)
+
+    def receive_msg(self, msg: MsgReceived, now: float) -> None:
+        """Feed one message of the inbox. Never raises for what the server sent."""
         if self.done:
             return  # late (after a timeout or stop): not delivered
-        if status is not None:
-            self._on_status(headers, status, description, now)
+        if msg.status is not None:
+            self._on_status(msg.headers, msg.status, msg.description, now)
             return
         try:
-            reply = parse_batch_reply(headers, data)
+            stored, (pending, last, up_to) = stored_msg_and_cursor(msg.headers, msg.data)
+            num_pending = _number(pending, "Nats-Num-Pending")
+            last_seq = _number(last, "Nats-Last-Sequence")
+            if up_to is not None:
+                _number(up_to, "Nats-UpTo-Sequence")  # (checked as every cursor header is; an EOB's counts)
         except JetStreamError as exc:
             self._finish(exc, "malformed")
             return
-        msg = reply.msg
-        assert msg is not None
-        if reply.num_pending is None:
+        if num_pending is None:
             if self.delivered == 0 and self.pages == 1:
                 self._finish(
                     BatchGetUnsupportedError(
@@ -518,24 +522,24 @@ class DirectGetBatch:
             else:
                 self._finish(JetStreamError("invalid direct get batch reply: no Nats-Num-Pending"), "malformed")
             return
-        if reply.last_seq is None:
+        if last_seq is None:
             self._finish(JetStreamError("invalid direct get batch reply: no Nats-Last-Sequence"), "malformed")
             return
-        if reply.last_seq != self._page_prev:
-            self._finish(self._gap(f"message {msg.seq} says the one before it was {reply.last_seq}"), "gap")
+        if last_seq != self._page_prev:
+            self._finish(self._gap(f"message {stored.seq} says the one before it was {last_seq}"), "gap")
             return
-        if self.last_seq is not None and msg.seq <= self.last_seq:
+        if self.last_seq is not None and stored.seq <= self.last_seq:
             self._finish(
-                JetStreamError(f"invalid direct get batch reply: seq {msg.seq} after {self.last_seq}"), "malformed"
+                JetStreamError(f"invalid direct get batch reply: seq {stored.seq} after {self.last_seq}"), "malformed"
             )
             return
-        self._page_prev = msg.seq
+        self._page_prev = stored.seq
         self._page_count += 1
         self.delivered += 1
-        self.last_seq = msg.seq
+        self.last_seq = stored.seq
         if not self._multi:
-            self.num_pending = reply.num_pending
-        self._events.append(StoredMsgDelivered(msg))
+            self.num_pending = num_pending
+        self._events.append(StoredMsgDelivered(stored))
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -79,6 +79,7 @@ __all__ = [
     "PubAckTimeoutError",
     "ConsumerDeletedError",
     "NoHeartbeatError",
+    "FetchTimeoutError",
     "PinIdMismatchError",
     "NoConsumerInfoError",
     "MsgAlreadyAckedError",
@@ -450,6 +451,14 @@ class NoHeartbeatError(JetStreamError, TimeoutError):
     """Idle heartbeats stopped arriving for two heartbeat intervals."""
 
 
+class FetchTimeoutError(JetStreamError, TimeoutError):
+    """A fetch's pull was not ended by the server in time: nothing (not even its ``408`` or
+    ``404``) came by ``expires`` plus a grace, or a ``no_wait`` pull got no answer at all within
+    a second. The server or the link is silent (or, for ``no_wait``, the consumer is at
+    ``max_ack_pending``: the server holds such a pull without a word); the messages that did
+    arrive are kept. Also a :class:`TimeoutError`."""
+
+
 class PinIdMismatchError(JetStreamError):
     """The server answered 423: this client's pin id is no longer the pinned one."""
 
@@ -608,6 +617,16 @@ class BucketNotFoundError(StreamNotFoundError):
             super().__init__(404, err_code, code)
         else:
             super().__init__(code, err_code, description or "bucket not found")
+
+    @classmethod
+    def of(cls, error: StreamNotFoundError, bucket: str) -> BucketNotFoundError:
+        """The error of a missing ``bucket`` for the stream error that says so (``error``
+        itself when it is one already): the server's codes kept, ``error`` as its cause."""
+        if isinstance(error, BucketNotFoundError):
+            return error
+        out = cls(error.code, error.err_code, f"bucket {bucket!r} not found")
+        out.__cause__ = error
+        return out
 
 
 class KeyNotFoundError(JetStreamError):

@@ -8,15 +8,18 @@ Wire form of a header block::
 
 Keys are RFC 7230 tokens. Values may hold any text except CR, LF and other control characters
 (TAB excepted). Invalid input raises :class:`BadHeaderError` when encoding and
-:class:`RemoteProtocolError` when parsing; nothing is ever rewritten or sanitized.
+:class:`RemoteProtocolError` when parsing; nothing is ever rewritten or sanitized. Headers of the
+wrong shape altogether (a number, a str, bytes) are an :class:`InvalidOptionError` naming
+``headers``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Union
+from typing import Final, Union
 
-from .errors import BadHeaderError, RemoteProtocolError
+from .errors import BadHeaderError, InvalidOptionError, RemoteProtocolError
 
 __all__ = ["Headers", "HeadersInput", "encode_headers", "parse_header_block", "HEADER_PREFIX"]
 
@@ -27,6 +30,18 @@ _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABC
 # Control characters forbidden in values: everything below 0x20 except TAB, and DEL.
 _BAD_VALUE_CHARS = frozenset(chr(c) for c in range(0x20) if c != 0x09) | {"\x7f"}
 
+# The common block, checked and split by two regular expressions instead of a Python loop per
+# line (parse_header_block's fast path): no status, every line "Key: Value" with a token key and
+# a value without control characters that does not end in a space or tab. Whatever else the
+# block is, the general parser decides, so the result is always the general parser's.
+_TOKEN_RE: Final = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_VALUE_CHAR_RE: Final = r"[^\x00-\x08\x0a-\x1f\x7f]"
+_COMMON_BLOCK: Final = re.compile(
+    r"NATS/1\.0\r\n(?:" + _TOKEN_RE + ":" + _VALUE_CHAR_RE + r"*(?<![ \t])\r\n)*\r\n"
+)
+_COMMON_LINE: Final = re.compile("(" + _TOKEN_RE + r"):[ \t]*(" + _VALUE_CHAR_RE + r"*)\r\n")
+_FIRST_LINE: Final = len(b"NATS/1.0\r\n")
+
 
 class Headers:
     """An ordered, case-preserving multi-dict of header keys to string values.
@@ -35,12 +50,35 @@ class Headers:
     case given is what goes on the wire. ``h[key]`` and ``get`` give the first value.
     """
 
-    __slots__ = ("_items",)
+    __slots__ = ("_pairs", "_block")
 
     def __init__(self, items: HeadersInput | None = None) -> None:
-        self._items: list[tuple[str, str]] = []
+        self._pairs: list[tuple[str, str]] = []
+        # A block the parser checked but has not split into pairs yet (split on first use:
+        # most messages' headers are never read, and the direct get reads its own from it).
+        self._block: str | None = None
         if items is not None:
-            self._items.extend(_iter_input(items))
+            self._pairs.extend(_iter_input(items))
+
+    @property
+    def _items(self) -> list[tuple[str, str]]:
+        block = self._block
+        if block is not None:
+            self._pairs = _COMMON_LINE.findall(block, _FIRST_LINE)
+            self._block = None
+        return self._pairs
+
+    @_items.setter
+    def _items(self, pairs: list[tuple[str, str]]) -> None:
+        self._pairs = pairs
+        self._block = None
+
+    def _unsplit(self) -> str | None:
+        """The whole block text (``NATS/1.0\\r\\n ... \\r\\n\\r\\n``) of headers the parser
+        accepted through its common form (no status; every line ``Key: Value`` with no control
+        character and no trailing space or tab) and that were not split or changed since; else
+        None. For readers of a well-known server layout (:mod:`jscore.jsapi`)."""
+        return self._block
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -86,7 +124,7 @@ class Headers:
         return len(self.keys())
 
     def __bool__(self) -> bool:
-        return bool(self._items)
+        return self._block is not None or bool(self._pairs)  # (a checked block has a line)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -124,6 +162,8 @@ class Headers:
         return f"Headers({self._items!r})"
 
 
+_new_headers: Final = object.__new__
+
 HeadersInput = Union[Headers, Mapping[str, Union[str, Sequence[str]]], Iterable[tuple[str, str]]]
 
 
@@ -141,10 +181,31 @@ def _iter_input(items: HeadersInput) -> Iterator[tuple[str, str]]:
             else:
                 raise BadHeaderError(f"header {key!r}: value must be a str or a sequence of str, got {type(value).__name__}")
         return
-    for pair in items:
-        if not isinstance(pair, tuple) or len(pair) != 2:
-            raise BadHeaderError(f"headers: expected (key, value) pairs, got {pair!r}")
-        yield pair
+    # The shape is checked on the error path only (no cost for good headers): a value that is
+    # not iterable, or a str / bytes (iterable, but no pairs; an empty one yields nothing).
+    try:
+        for pair in items:
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                if items.__class__ in _NOT_PAIRS:
+                    raise _shape_error(items)
+                raise BadHeaderError(f"headers: expected (key, value) pairs, got {pair!r}")
+            yield pair
+    except TypeError as exc:
+        if not hasattr(items, "__iter__"):
+            raise _shape_error(items) from exc
+        raise
+    if items.__class__ in _NOT_PAIRS:
+        raise _shape_error(items)
+
+
+_NOT_PAIRS = frozenset({str, bytes, bytearray, memoryview})
+
+
+def _shape_error(items: object) -> InvalidOptionError:
+    return InvalidOptionError(
+        "headers must be a Headers, a mapping of str to str (or to a list of str) or a sequence "
+        f"of (key, value) pairs, got {type(items).__name__}"
+    )
 
 
 def _check_key(key: object) -> str:
@@ -197,9 +258,19 @@ def parse_header_block(block: bytes) -> tuple[Headers, int | None, str | None]:
     if block == _EMPTY_BLOCK:
         return Headers(), None, None
     try:
-        text = block[:-4].decode()
+        text = block.decode()
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError("header block is not valid UTF-8") from exc
+    if _COMMON_BLOCK.fullmatch(text) is not None:
+        headers = _new_headers(Headers)  # (what Headers() makes, without its __init__ call)
+        headers._pairs = []
+        headers._block = text
+        return headers, None, None
+    return _parse_general(text[:-4])
+
+
+def _parse_general(text: str) -> tuple[Headers, int | None, str | None]:
+    """:func:`parse_header_block` of any block (its text without the closing CRLF CRLF)."""
     lines = text.split("\r\n")
     first = lines[0]
     status: int | None = None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Final, TypeVar
+from typing import Final, TypeVar, Union
 
 import msgspec
 
@@ -37,6 +37,7 @@ from .models import (
     StoredMsg,
     StreamConfig,
     _Model,
+    check_config,
     encode,
 )
 from .protocol import check_publish_subject, check_subscribe_subject
@@ -56,6 +57,7 @@ __all__ = [
     "check_filter_subject",
     "check_group_name",
     "has_wildcard",
+    "subject_matches",
     "ApiSubjects",
     "stream_config_request",
     "stream_info_request",
@@ -72,6 +74,8 @@ __all__ = [
     "stored_msg_from_direct",
     "parse_nats_time",
     "DIRECT_GET_HEADERS",
+    "stored_msg_and_cursor",
+    "DirectCursor",
 ]
 
 T = TypeVar("T")
@@ -161,6 +165,21 @@ def check_group_name(group: object) -> str:
 
 def has_wildcard(subject: str) -> bool:
     return any(tok == "*" or tok == ">" for tok in subject.split("."))
+
+
+def subject_matches(subject: str, filter_subject: str) -> bool:
+    """Whether the literal ``subject`` is matched by ``filter_subject`` (``*`` one token, ``>``
+    one or more trailing tokens), as the server matches a stream's subjects."""
+    if "*" not in filter_subject and ">" not in filter_subject:
+        return subject == filter_subject
+    toks = subject.split(".")
+    pattern = filter_subject.split(".")
+    for i, p in enumerate(pattern):
+        if p == ">":
+            return len(toks) > i
+        if i >= len(toks) or (p != "*" and p != toks[i]):
+            return False
+    return len(toks) == len(pattern)
 
 
 # =========================================================================== subjects
@@ -305,9 +324,11 @@ def _check_seq(seq: object, what: str = "seq") -> int:
     return seq
 
 
-def _check_stream_config(cfg: StreamConfig) -> None:
+def _check_stream_config(cfg: StreamConfig) -> bytes:
+    """The body of a stream config once it is checked (types first, then names and subjects)."""
     if not isinstance(cfg, StreamConfig):
         raise InvalidOptionError(f"expected a StreamConfig, got {type(cfg).__name__}")
+    body = check_config(cfg)
     check_stream_name(cfg.name)
     for subject in cfg.subjects or ():
         check_filter_subject(subject, "stream subject")
@@ -315,12 +336,13 @@ def _check_stream_config(cfg: StreamConfig) -> None:
         check_name(source.name, "source stream name")
         if source.filter_subject:
             check_filter_subject(source.filter_subject, "source filter subject")
+    return body
 
 
 def stream_config_request(cfg: StreamConfig) -> bytes:
-    """The body of ``STREAM.CREATE`` / ``STREAM.UPDATE``: the config, unset fields omitted."""
-    _check_stream_config(cfg)
-    return encode(cfg)
+    """The body of ``STREAM.CREATE`` / ``STREAM.UPDATE``: the config, unset fields omitted.
+    A field of the wrong type is an :class:`InvalidOptionError` naming it."""
+    return _check_stream_config(cfg)
 
 
 def stream_info_request(*, deleted_details: bool = False, subjects_filter: str | None = None, offset: int = 0) -> bytes:
@@ -358,6 +380,7 @@ def consumer_create_request(
     if action not in (ACTION_CREATE, ACTION_UPDATE, ACTION_CREATE_OR_UPDATE):
         raise InvalidOptionError(f"invalid consumer action {action!r}")
     check_stream_name(stream)
+    check_config(cfg)  # (every field of the model's type, before the names and subjects in it)
     if cfg.durable_name is not None:
         check_name(cfg.durable_name, "durable name")
     if cfg.name is not None:
@@ -562,18 +585,75 @@ def stored_msg_from_direct(
         from .directget import classify_direct_status, direct_status_error  # (directget imports this module)
 
         raise direct_status_error(classify_direct_status(status, description), status, description)
+    return stored_msg_and_cursor(headers, data)[0]
+
+
+# Exact spellings of the server's headers, so that the common reply needs no str.lower().
+_DIRECT_GET_SPELLING: Final = {
+    name: name.lower()
+    for name in (
+        "Nats-Stream",
+        "Nats-Subject",
+        "Nats-Sequence",
+        "Nats-Time-Stamp",
+        "Nats-Num-Pending",
+        "Nats-Last-Sequence",
+        "Nats-UpTo-Sequence",
+    )
+}
+
+
+# A direct get reply as nats-server writes it (its headers only, in this order; the cursor
+# headers of a batch after them), read in one match from the checked, unsplit block. Any
+# other block (the message's own headers, another order or spelling) is read pair by pair.
+_DIRECT_REPLY: Final = re.compile(
+    r"NATS/1\.0\r\nNats-Stream:[ \t]*([^\r\n]*)\r\nNats-Subject:[ \t]*([^\r\n]*)\r\n"
+    r"Nats-Sequence:[ \t]*([^\r\n]*)\r\nNats-Time-Stamp:[ \t]*([^\r\n]*)\r\n"
+    r"(?:Nats-Num-Pending:[ \t]*([^\r\n]*)\r\n)?(?:Nats-Last-Sequence:[ \t]*([^\r\n]*)\r\n)?"
+    r"(?:Nats-UpTo-Sequence:[ \t]*([^\r\n]*)\r\n)?\r\n"
+)
+
+DirectCursor = tuple[Union[str, None], Union[str, None], Union[str, None]]
+"""The texts of a reply's ``Nats-Num-Pending``, ``Nats-Last-Sequence`` and
+``Nats-UpTo-Sequence`` headers (None where absent)."""
+
+
+def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredMsg, DirectCursor]:
+    """The :class:`StoredMsg` of a direct get reply that is not a status, and the texts of its
+    batch cursor headers (:data:`DirectCursor`; the first value of each). Header names are
+    matched case-insensitively and the first value counts, as ``Headers.get`` does.
+    :class:`JetStreamError` when a header the message needs is missing or malformed."""
     if headers is None:
         raise JetStreamError("invalid direct get reply: no headers")
-    stream = headers.get("Nats-Stream")
-    subject = headers.get("Nats-Subject")
-    seq_text = headers.get("Nats-Sequence")
-    stamp = headers.get("Nats-Time-Stamp")
+    own: list[tuple[str, str]] = []
+    block = headers._unsplit()
+    m = None if block is None else _DIRECT_REPLY.fullmatch(block)
+    if m is not None:
+        stream, subject, seq_text, stamp, pending, last, up_to = m.groups()
+    else:
+        server: dict[str, str] = {}
+        spelling = _DIRECT_GET_SPELLING
+        for item in headers.items():
+            key = spelling.get(item[0])
+            if key is None:
+                key = item[0].lower()
+                if key not in DIRECT_GET_HEADERS:
+                    own.append(item)
+                    continue
+            if key not in server:
+                server[key] = item[1]
+        stream = server.get("nats-stream")
+        subject = server.get("nats-subject")
+        seq_text = server.get("nats-sequence")
+        stamp = server.get("nats-time-stamp")
+        pending = server.get("nats-num-pending")
+        last = server.get("nats-last-sequence")
+        up_to = server.get("nats-upto-sequence")
     if not stream or not subject or not seq_text or not stamp:
         raise JetStreamError(f"invalid direct get reply: missing Nats-* headers in {headers!r}")
     if not (seq_text.isascii() and seq_text.isdigit()):
         raise JetStreamError(f"invalid direct get reply: Nats-Sequence {seq_text!r}")
-    own = [(k, v) for k, v in headers.items() if k.lower() not in DIRECT_GET_HEADERS]
-    return StoredMsg(
+    msg = StoredMsg(
         subject=subject,
         seq=int(seq_text),
         data=data,
@@ -581,3 +661,4 @@ def stored_msg_from_direct(
         time=parse_nats_time(stamp),
         stream=stream,
     )
+    return msg, (pending, last, up_to)

@@ -1,7 +1,8 @@
 """The key-value store's rules, without I/O: the layout shared with the ``nats`` CLI, nats.go
 and nats-py, key and bucket validation, the bucket's stream configuration, entries decoded
 from stored or delivered messages, the decisions of ``create`` and ``purge_deletes``, and the
-watcher's logic over an ordered consumer's deliveries.
+watcher's decoding of an ordered consumer's deliveries (the watcher itself is
+:mod:`jscore.watch`).
 
 The layout: bucket ``B`` is the stream ``KV_B`` capturing ``$KV.B.>``; key ``k`` is stored on
 the subject ``$KV.B.k``. A put is a plain message; a delete is an empty message with the header
@@ -17,16 +18,16 @@ import enum
 import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
-from typing import Final
+from typing import Final, TypedDict
 
 import msgspec
 
-from .errors import InvalidKeyError, InvalidOptionError
+from .errors import InvalidBucketNameError, InvalidKeyError, InvalidOptionError
 from .headers import Headers
-from .models import DiscardPolicy, StorageType, StreamConfig, StreamInfo
-from .ordered import OrderedConsumerCreated, OrderedMachine, OrderedMessageDelivered
-from .protocol import MsgReceived
-from .pull import MessagesTaken
+from .models import Compression, DiscardPolicy, Placement, StorageType, StreamConfig, StreamInfo, check_placement
+from .validate import check_bool
+from .watch import WatchChanged, WatchMachine, WatchOptions
+from .watch import WatchState as _WatchState
 
 __all__ = [
     "KV_OPERATION",
@@ -38,7 +39,7 @@ __all__ = [
     "WatchOptions",
     "WatchState",
     "WatchMachine",
-    "KeyValueChanged",
+    "WatchChanged",
     "check_bucket",
     "check_key",
     "check_filter",
@@ -46,6 +47,7 @@ __all__ = [
     "key_subject",
     "filter_subjects",
     "bucket_config",
+    "KeyValueFields",
     "entry_from_stored",
     "entry_from_delivery",
     "operation_of",
@@ -108,9 +110,10 @@ class KeyValueStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def check_bucket(bucket: object) -> str:
-    """The bucket name, or :class:`InvalidOptionError`: 1+ of ``A-Z a-z 0-9 _ -``."""
+    """The bucket name, or :class:`InvalidBucketNameError` (an InvalidOptionError): 1+ of
+    ``A-Z a-z 0-9 _ -``."""
     if not isinstance(bucket, str) or not _BUCKET_RE.fullmatch(bucket):
-        raise InvalidOptionError(f"invalid bucket name {str(bucket)[:64]!r}: 1+ characters of A-Z a-z 0-9 _ -")
+        raise InvalidBucketNameError(f"invalid bucket name {str(bucket)[:64]!r}: 1+ characters of A-Z a-z 0-9 _ -")
     return bucket
 
 
@@ -174,12 +177,17 @@ def bucket_config(
     replicas: int = 1,
     limit_marker_ttl: float | None = None,
     metadata: dict[str, str] | None = None,
+    compression: bool = False,
+    placement: Placement | None = None,
 ) -> StreamConfig:
     """The stream configuration of a bucket, as the ``nats`` CLI and nats.go make it: history as
     ``max_msgs_per_subject`` (1..64), ``ttl`` as ``max_age``, a duplicate window of two minutes
     or the TTL when shorter, direct get and rollup headers allowed, deletes through the API
-    denied, discard new; ``limit_marker_ttl`` turns on per-message TTL and limit markers."""
+    denied, discard new; ``limit_marker_ttl`` turns on per-message TTL and limit markers;
+    ``compression`` is s2 on the server; ``placement`` a cluster and/or server tags."""
     check_bucket(bucket)
+    check_bool(compression, "compression")
+    check_placement(placement)
     if isinstance(history, bool) or not isinstance(history, int) or not 1 <= history <= MAX_HISTORY:
         raise InvalidOptionError(f"history must be an int in 1..{MAX_HISTORY}, not {history!r}")
     if replicas < 1:
@@ -212,7 +220,26 @@ def bucket_config(
         allow_msg_ttl=True if limit_marker_ttl else None,
         subject_delete_marker_ttl=float(limit_marker_ttl) if limit_marker_ttl else None,
         metadata=metadata,
+        compression=Compression.S2 if compression else None,
+        placement=placement,
     )
+
+
+class KeyValueFields(TypedDict, total=False):
+    """The keywords of a bucket's configuration (:func:`bucket_config`), for the typed
+    ``**fields`` of ``create_key_value`` / ``update_key_value`` / ``create_or_update_key_value``."""
+
+    description: str | None
+    history: int
+    ttl: float | None
+    max_value_size: int | None
+    max_bytes: int | None
+    storage: StorageType | str
+    replicas: int
+    limit_marker_ttl: float | None
+    metadata: dict[str, str] | None
+    compression: bool
+    placement: Placement | None
 
 
 def status_from_info(bucket: str, info: StreamInfo) -> KeyValueStatus:
@@ -309,148 +336,27 @@ def purge_keep(entry: KeyValueEntry, older_than: float | None, now_wall: datetim
 # --------------------------------------------------------------------------- the watcher
 
 
-class WatchOptions(msgspec.Struct, frozen=True, kw_only=True):
-    include_history: bool = False
-    ignore_deletes: bool = False
-    meta_only: bool = False
-    updates_only: bool = False
+class WatchState(_WatchState[KeyValueEntry]):
+    """The key-value watcher's decisions (see :class:`jscore.watch.WatchState`): each delivery
+    is an entry of ``bucket`` (without its value with ``meta_only``); deletes and purges are
+    left out with ``ignore_deletes``."""
 
-    def __post_init__(self) -> None:
-        if self.include_history and self.updates_only:
-            raise InvalidOptionError("include_history and updates_only exclude each other")
-
-    @property
-    def deliver_policy(self) -> str:
-        """The ordered consumer's deliver policy for these options."""
-        if self.updates_only:
-            return "new"
-        return "all" if self.include_history else "last_per_subject"
-
-
-class WatchState:
-    """The watcher's decisions over the ordered consumer's deliveries (pure).
-
-    Feed it :meth:`created` with the ``num_pending`` of each server consumer the ordered
-    consumer makes, and :meth:`delivered` with each message; each returns what the application
-    gets, in order: entries and, once, ``None`` when the initial values are all delivered (at
-    once when there are none; never with ``updates_only``). Deletes and purges are left out with
-    ``ignore_deletes``. The ordered consumer already guarantees each message once and in order,
-    across its resets and reconnects; a revision at or below the last one seen is dropped here
-    as a second guard.
-    """
-
-    __slots__ = ("bucket", "options", "initialized", "last_revision")
+    __slots__ = ("bucket",)
 
     def __init__(self, bucket: str, options: WatchOptions) -> None:
+        super().__init__(options)
         self.bucket = bucket
-        self.options = options
-        self.initialized = options.updates_only
-        self.last_revision = 0
 
-    def created(self, num_pending: int) -> list[KeyValueEntry | None]:
-        """A server consumer was created with ``num_pending`` messages ahead of it."""
-        if not self.initialized and num_pending == 0:
-            self.initialized = True
-            return [None]
-        return []
-
-    def delivered(
-        self,
-        subject: str,
-        data: bytes,
-        headers: Headers | None,
-        stream_seq: int,
-        timestamp: datetime,
+    def item(
+        self, subject: str, data: bytes, headers: Headers | None, stream_seq: int, timestamp: datetime,
         num_pending: int,
-    ) -> list[KeyValueEntry | None]:
-        out: list[KeyValueEntry | None] = []
-        if stream_seq > self.last_revision:
-            self.last_revision = stream_seq
-            entry = entry_from_delivery(self.bucket, subject, b"" if self.options.meta_only else data, headers,
-                                        stream_seq, timestamp, num_pending)
-            if not (self.options.ignore_deletes and entry.operation is not KeyValueOp.PUT):
-                out.append(entry)
-        if not self.initialized and num_pending == 0:
-            self.initialized = True
-            out.append(None)
-        return out
-
-
-class KeyValueChanged(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """What a watcher hands to its application: an entry, or ``None`` once the initial values
-    are all delivered. ``size`` is the delivered message's size, reported back with
-    ``MessagesTaken`` once the application took it (0 for the marker)."""
-
-    entry: KeyValueEntry | None
-    size: int = 0
-
-
-class WatchMachine:
-    """A key-value watcher as a session sub-machine: the ordered consumer's machine, whose
-    deliveries go through :class:`WatchState` on the I/O thread.
-
-    Everything but the events is the ordered machine's (creates, pulls, resets, reconnects,
-    timers). Its ``OrderedMessageDelivered`` become :class:`KeyValueChanged` (and the marker);
-    its ``OrderedConsumerCreated`` may become the marker; every other event passes through.
-    A delivery the application never sees (a delete left out by ``ignore_deletes``, a repeated
-    revision) is reported taken at once, so the consume's buffer accounting stays right; the
-    application reports the others (``MessagesTaken``) as it takes them.
-    """
-
-    __slots__ = ("inner", "state", "_now")
-
-    def __init__(self, inner: OrderedMachine, state: WatchState, now: float) -> None:
-        self.inner = inner
-        self.state = state
-        self._now = now
-
-    @property
-    def finished(self) -> bool:
-        return self.inner.finished
-
-    def receive_msg(self, msg: MsgReceived, now: float) -> None:
-        self._now = now
-        self.inner.receive_msg(msg, now)
-
-    def handle(self, command: object, now: float) -> None:
-        self._now = now
-        self.inner.handle(command, now)
-
-    def handle_timeout(self, now: float) -> None:
-        self._now = now
-        self.inner.handle_timeout(now)
-
-    def next_deadline(self) -> float | None:
-        return self.inner.next_deadline()
-
-    def drain_events(self) -> list[object]:
-        out: list[object] = []
-        state = self.state
-        while True:
-            events = self.inner.drain_events()
-            if not events:
-                return out
-            unseen = unseen_size = 0
-            for e in events:
-                cls = e.__class__
-                if cls is OrderedMessageDelivered:
-                    m = e.msg
-                    md = e.metadata
-                    items = state.delivered(
-                        m.subject, m.data, m.headers, md.sequence.stream, md.timestamp, md.num_pending
-                    )
-                    if not any(i is not None for i in items):
-                        unseen += 1
-                        unseen_size += m.size
-                    for i in items:
-                        out.append(KeyValueChanged(entry=i, size=m.size if i is not None else 0))
-                elif cls is OrderedConsumerCreated:
-                    out.extend(KeyValueChanged(entry=None) for _ in state.created(e.num_pending))
-                else:
-                    out.append(e)
-            if not unseen or self.inner.finished:
-                return out
-            self.inner.handle(MessagesTaken(count=unseen, size=unseen_size), self._now)
+    ) -> KeyValueEntry | None:
+        options = self.options
+        entry = entry_from_delivery(self.bucket, subject, b"" if options.meta_only else data, headers,
+                                    stream_seq, timestamp, num_pending)
+        if options.ignore_deletes and entry.operation is not KeyValueOp.PUT:
+            return None
+        return entry
 
 
 def snapshot_entries(bucket: str, entries: Sequence[KeyValueEntry]) -> dict[str, KeyValueEntry]:

@@ -22,12 +22,15 @@ Conventions:
 
 from __future__ import annotations
 
+import difflib
 import enum
+import inspect
 import math
 import types
 import typing
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Final, TypedDict, TypeVar, Union
 
 import msgspec
 
@@ -89,6 +92,12 @@ __all__ = [
     "PurgeResponse",
     "MsgGetResponse",
     "StreamInfoResponse",
+    # keyword configs
+    "StreamConfigFields",
+    "ConsumerConfigFields",
+    "config_from_fields",
+    "check_config",
+    "spell_out_fields",
     # functions
     "decode_pub_ack",
     "decode_response",
@@ -296,8 +305,11 @@ def _coerce(obj: _Model, *, deep: bool) -> None:
                 msgspec.structs.force_setattr(obj, name, None)
         elif kind == _ENUM:
             if type(value) is not extra:
-                if not isinstance(value, str):
-                    raise InvalidOptionError(f"{where} must be a {extra.__name__} or str, got {value!r}")
+                if not isinstance(value, str) or value not in extra._value2member_map_:
+                    # (a value a newer server sent decodes as a pseudo-member and passes; a
+                    # string from the caller must be one this client knows: a typo is refused)
+                    known = ", ".join(repr(v) for v in extra._value2member_map_)
+                    raise InvalidOptionError(f"{where} must be a {extra.__name__} ({known}), got {value!r}")
                 msgspec.structs.force_setattr(obj, name, extra(value))
         elif kind == _DUR_LIST:
             if not isinstance(value, (list, tuple)):
@@ -358,6 +370,13 @@ class Placement(_Model, kw_only=True):
     cluster: str | None = None
     tags: list[str] | None = None
     preferred: str | None = None
+
+
+def check_placement(placement: object) -> Placement | None:
+    """``placement`` if it is None or a :class:`Placement`, else :class:`InvalidOptionError`."""
+    if placement is not None and not isinstance(placement, Placement):
+        raise InvalidOptionError(f"placement must be a Placement, got {type(placement).__name__}")
+    return placement
 
 
 class ExternalStream(_Model, kw_only=True):
@@ -551,6 +570,176 @@ class ConsumerConfig(_Model, kw_only=True):
     priority_groups: list[str] | None = None
     priority_policy: PriorityPolicy | None = None
     priority_timeout: Duration | None = None
+
+
+class StreamConfigFields(TypedDict, total=False):
+    """The fields of :class:`StreamConfig` as keywords: the typed ``**fields`` of
+    ``create_stream`` / ``update_stream`` / ``create_or_update_stream``. The model's names and
+    types (an enum also as its wire string, a duration as float seconds); a test keeps the two
+    in step."""
+
+    name: str
+    description: str | None
+    subjects: list[str] | None
+    retention: RetentionPolicy | str | None
+    max_consumers: int | None
+    max_msgs: int | None
+    max_bytes: int | None
+    max_age: float | None
+    max_msgs_per_subject: int | None
+    max_msg_size: int | None
+    discard: DiscardPolicy | str | None
+    storage: StorageType | str | None
+    num_replicas: int | None
+    no_ack: bool | None
+    template_owner: str | None
+    duplicate_window: float | None
+    placement: Placement | None
+    mirror: StreamSource | None
+    sources: list[StreamSource] | None
+    compression: Compression | str | None
+    first_seq: int | None
+    subject_transform: SubjectTransform | None
+    republish: RePublish | None
+    allow_direct: bool | None
+    mirror_direct: bool | None
+    discard_new_per_subject: bool | None
+    sealed: bool | None
+    deny_delete: bool | None
+    deny_purge: bool | None
+    allow_rollup_hdrs: bool | None
+    consumer_limits: StreamConsumerLimits | None
+    allow_msg_ttl: bool | None
+    subject_delete_marker_ttl: float | None
+    allow_msg_counter: bool | None
+    allow_atomic: bool | None
+    allow_msg_schedules: bool | None
+    persist_mode: PersistMode | str | None
+    allow_batched: bool | None
+    metadata: dict[str, str] | None
+
+
+class ConsumerConfigFields(TypedDict, total=False):
+    """The fields of :class:`ConsumerConfig` as keywords: the typed ``**fields`` of
+    ``create_consumer`` / ``update_consumer`` / ``create_or_update_consumer``. The model's names and
+    types (an enum also as its wire string, a duration as float seconds); a test keeps the two
+    in step."""
+
+    durable_name: str | None
+    name: str | None
+    description: str | None
+    deliver_policy: DeliverPolicy | str | None
+    opt_start_seq: int | None
+    opt_start_time: datetime | None
+    ack_policy: AckPolicy | str | None
+    ack_wait: float | None
+    max_deliver: int | None
+    backoff: list[float] | None
+    filter_subject: str | None
+    filter_subjects: list[str] | None
+    replay_policy: ReplayPolicy | str | None
+    rate_limit_bps: int | None
+    sample_freq: str | None
+    max_waiting: int | None
+    max_ack_pending: int | None
+    flow_control: bool | None
+    headers_only: bool | None
+    max_batch: int | None
+    max_expires: float | None
+    max_bytes: int | None
+    deliver_subject: str | None
+    deliver_group: str | None
+    idle_heartbeat: float | None
+    inactive_threshold: float | None
+    num_replicas: int | None
+    mem_storage: bool | None
+    metadata: dict[str, str] | None
+    pause_until: datetime | None
+    priority_groups: list[str] | None
+    priority_policy: PriorityPolicy | str | None
+    priority_timeout: float | None
+
+
+# =========================================================================== keyword configs
+
+_M = TypeVar("_M", bound="_Model")
+
+
+def config_from_fields(cls: type[_M], config: _M | None, fields: Mapping[str, object], call: str) -> _M:
+    """The config of ``call`` (a method name, for messages) from a ``cls`` object and/or its
+    fields as keywords (the keywords override the object's fields).
+
+    A keyword that is not a field of ``cls`` is a :class:`TypeError` naming it and the closest
+    field, as Python's own for a misspelled keyword; a missing required field or a config of
+    another class is an :class:`InvalidOptionError`. Field values are checked by
+    :func:`check_config` when the request is built."""
+    known = cls.__struct_fields__
+    for key in fields:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(f"{call}() got an unexpected keyword argument {key!r}{hint}")
+    if config is None:
+        defaults = len(cls.__struct_defaults__)
+        required = known[: len(known) - defaults] if defaults else known
+        missing = [f for f in required if f not in fields]
+        if missing:
+            raise InvalidOptionError(f"{call}: {cls.__name__}.{missing[0]} is required")
+        return cls(**fields)
+    if not isinstance(config, cls):
+        raise InvalidOptionError(f"config must be a {cls.__name__}, got {type(config).__name__}")
+    return msgspec.structs.replace(config, **fields) if fields else config
+
+
+def _field_path(path: str) -> str:
+    """``$.placement.tags[0]`` (msgspec's path of a value) as ``placement.tags[0]``."""
+    return path[2:] if path.startswith("$.") else path.lstrip("$")
+
+
+def check_config(cfg: _Model) -> bytes:
+    """The JSON of a request config, once every field (nested ones too) has the model's type:
+    else an :class:`InvalidOptionError` naming the field (``StreamConfig.max_msgs: ...``). The
+    check encodes the config and decodes it back strictly, with the decoder of responses."""
+    name = type(cfg).__name__
+    try:
+        body = encode(cfg)
+    except (TypeError, NotImplementedError, ValueError, OverflowError) as exc:
+        for field in cfg.__struct_fields__:  # (the error path only: which field was it?)
+            try:
+                _encoder.encode(getattr(cfg, field))
+            except (TypeError, NotImplementedError, ValueError, OverflowError) as field_exc:
+                raise InvalidOptionError(f"{name}.{field}: {field_exc}") from None
+        raise InvalidOptionError(f"{name}: {exc}") from None
+    try:
+        _decoder(type(cfg)).decode(body)
+    except msgspec.ValidationError as exc:
+        text, _, path = str(exc).rpartition(" - at `")
+        if not text:
+            raise InvalidOptionError(f"{name}: {exc}") from None
+        where = _field_path(path.rstrip("`"))
+        raise InvalidOptionError(f"{name}.{where}: {text[0].lower()}{text[1:]}") from None
+    return body
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def spell_out_fields(fields: type) -> Callable[[_F], _F]:
+    """A decorator: ``help()`` shows the ``**fields`` of the method as one keyword-only
+    parameter per key of the TypedDict ``fields`` (default None: not given), the TypedDict
+    that types them for mypy. Only for display: the keywords are checked by
+    :func:`config_from_fields`."""
+
+    def give(func: _F) -> _F:
+        sig = inspect.signature(func)
+        params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        for key, ann in fields.__annotations__.items():
+            text = ann.__forward_arg__ if isinstance(ann, typing.ForwardRef) else ann
+            params.append(inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=text))
+        func.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        return func
+
+    return give
 
 
 class SequenceInfo(_Model, kw_only=True):

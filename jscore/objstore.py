@@ -18,7 +18,7 @@ import base64
 import binascii
 import re
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 import msgspec
 
@@ -36,11 +36,16 @@ from .models import (
     ObjectLink,
     ObjectMetaOptions,
     ObjectStoreStatus,
+    Placement,
     StorageType,
     StreamConfig,
 )
+from .headers import Headers
+from .models import check_placement
 from .ordered import ChoiceSource
 from .protocol import MAX_SUBJECT_BYTES
+from .validate import check_bool
+from .watch import WatchOptions, WatchState
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -60,6 +65,7 @@ __all__ = [
     "all_chunks_subject",
     "all_meta_subject",
     "bucket_config",
+    "ObjectStoreFields",
     "new_nuid",
     "digest_string",
     "digest_bytes",
@@ -68,6 +74,7 @@ __all__ = [
     "decode_info",
     "deleted_marker",
     "max_in_flight",
+    "ObjectWatchState",
 ]
 
 DEFAULT_CHUNK_SIZE: Final = 128 * 1024
@@ -173,9 +180,12 @@ def bucket_config(
     replicas: int = 1,
     metadata: dict[str, str] | None = None,
     compression: bool = False,
+    placement: Placement | None = None,
 ) -> StreamConfig:
     """The stream config of a bucket, as nats.go and nats-py make it."""
     check_bucket(bucket)
+    check_bool(compression, "compression")
+    check_placement(placement)
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl < 0):
         raise InvalidOptionError(f"ttl must be seconds ≥ 0, got {ttl!r}")
     if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= 5:
@@ -199,7 +209,23 @@ def bucket_config(
         allow_direct=True,
         metadata=metadata,
         compression=Compression.S2 if compression else None,
+        placement=placement,
     )
+
+
+class ObjectStoreFields(TypedDict, total=False):
+    """The keywords of a bucket's configuration (:func:`bucket_config`), for the typed
+    ``**fields`` of ``create_object_store`` / ``update_object_store`` /
+    ``create_or_update_object_store``."""
+
+    description: str | None
+    ttl: float | None
+    max_bytes: int | None
+    storage: StorageType | str
+    replicas: int
+    metadata: dict[str, str] | None
+    compression: bool
+    placement: Placement | None
 
 
 # =========================================================================== documents
@@ -398,3 +424,34 @@ class ChunkReader:
     def finish(self, sha256: bytes) -> None:
         """At the end: the digest of every byte read must be the recorded one."""
         check_digest(self.info.digest, sha256)
+
+
+# =========================================================================== watching
+
+
+class ObjectWatchState(WatchState[ObjectInfo]):
+    """The object-store watcher's decisions (see :class:`jscore.watch.WatchState`) over the
+    deliveries of ``$O.<bucket>.M.>``: each is an object's metadata, its ``mtime`` the
+    message's time. Deleted markers are left out with ``ignore_deletes``; a message that is not
+    an object description is left out too (as nats.go does), noted in ``skipped``, and still
+    counts for the "caught up" marker."""
+
+    __slots__ = ()
+
+    def __init__(self, options: WatchOptions) -> None:
+        if options.meta_only:
+            raise InvalidOptionError("an object-store watch has no meta_only option")
+        super().__init__(options)
+
+    def item(
+        self, subject: str, data: bytes, headers: Headers | None, stream_seq: int, timestamp: datetime,
+        num_pending: int,
+    ) -> ObjectInfo | None:
+        try:
+            info = decode_info(data, timestamp)
+        except BadObjectMetaError as exc:
+            self.skipped.append((subject, str(exc)))
+            return None
+        if self.options.ignore_deletes and info.deleted:
+            return None
+        return info

@@ -36,7 +36,10 @@ Decisions beyond the reference client (written down in its docstrings and in doc
   message, or earlier from the ``delivered.stream_seq`` of the create response (see
   :meth:`~OrderedConsumerState.created`), so a reset before the first message loses nothing either.
 * The first creation after a reset is immediate (a gap should heal at once); only failures and
-  flapping consumers back off: 1 s, doubling, capped at 10 s.
+  flapping consumers back off: 1 s, doubling, capped at 10 s. After a reconnect, creations that
+  fail because JetStream is not ready yet (503, no leader, no answer) are retried every 0.25 s
+  for 10 s without counting as failures: a restarted server is resumed from as soon as it can
+  serve, not seconds later.
 * Bounded: ``max_reset_attempts`` consecutive unsuccessful attempts (failed creates, and
   consumers that died within :data:`FLAP_WINDOW` without delivering anything) end the consumer
   with :class:`~jscore.errors.OrderedConsumerResetError`. A stream that is gone ends it at once
@@ -69,6 +72,7 @@ from .errors import (
     ConnectionLostError,
     ConsumerDeletedError,
     ConsumerNotFoundError,
+    FetchTimeoutError,
     InsufficientResourcesError,
     InvalidOptionError,
     JetStreamError,
@@ -108,6 +112,7 @@ from .pull import (
     fetch_grace,
     pull_subject,
 )
+from .validate import check_bool
 
 
 class ChoiceSource(Protocol):
@@ -137,6 +142,8 @@ __all__ = [
     "BACKOFF_INITIAL",
     "BACKOFF_MAX",
     "FLAP_WINDOW",
+    "RECONNECT_RETRY",
+    "RECONNECT_WINDOW",
     "DEFAULT_MAX_RESET_ATTEMPTS",
     "TRANSIENT_CREATE_ERRORS",
 ]
@@ -149,6 +156,14 @@ BACKOFF_MAX: Final = 10.0
 FLAP_WINDOW: Final = 10.0
 """A consumer reset within this many seconds of its creation, before it delivered anything,
 counts as an unsuccessful attempt (it backs off, and counts toward ``max_reset_attempts``)."""
+RECONNECT_RETRY: Final = 0.25
+"""Seconds between creation attempts in the :data:`RECONNECT_WINDOW` after a reconnect while
+the server answers that JetStream is not ready (a restarted server recovering its streams, a
+cluster electing its leaders): the consumer is recreated as soon as the server can, without
+the 1, 2, 4 s backoff, and without counting strikes."""
+RECONNECT_WINDOW: Final = 10.0
+"""How long after a reconnect the quick retries of :data:`RECONNECT_RETRY` go on; then the
+ordinary backoff takes over."""
 DEFAULT_MAX_RESET_ATTEMPTS: Final = 30
 """Consecutive unsuccessful attempts before giving up: with the 10 s backoff cap about 4.5
 minutes of continuous failure, close to the consumers' own inactive threshold."""
@@ -271,8 +286,7 @@ class OrderedConsumerOptions(msgspec.Struct, frozen=True, kw_only=True):
         if policy is DeliverPolicy.LAST_PER_SUBJECT and not filters:
             filters = (">",)
 
-        if not isinstance(self.headers_only, bool):
-            raise InvalidOptionError(f"headers_only must be a bool, got {self.headers_only!r}")
+        check_bool(self.headers_only, "headers_only")
         threshold = self.inactive_threshold
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold > 0:
             raise InvalidOptionError(f"inactive_threshold must be > 0 seconds, got {threshold!r}")
@@ -340,13 +354,23 @@ def is_transient_create_error(exc: BaseException) -> bool:
     return isinstance(exc, TRANSIENT_CREATE_ERRORS)
 
 
+def _not_ready(error: BaseException) -> bool:
+    """A create failure that says JetStream is not (yet) ready: a 503 no-responders answer, no
+    meta leader / quorum (10008), or no answer at all (the 503 rule is
+    :func:`is_transient_create_error`'s)."""
+    return is_transient_create_error(error) and isinstance(
+        error, (JetStreamNotEnabledError, JetStreamUnavailableError, NoRespondersError, builtins.TimeoutError)
+    )
+
+
 def reset_reason_for(error: BaseException) -> ResetReason | None:
     """The reset an inner pull's error calls for, or None: the error is not the chain's
     (a fetch's own refusal, a bad request), and the operation ends with it.
 
     Missed heartbeats (:class:`NoHeartbeatError`), a 503 to a pull or any no-responders
-    answer, a deleted or vanished consumer (``409 Consumer Deleted``, consumer not found) and
-    a lost connection all break the chain: messages may have been lost, or the consumer is gone.
+    answer, a deleted or vanished consumer (``409 Consumer Deleted``, consumer not found), a
+    lost connection and a pull the server did not end in time (:class:`FetchTimeoutError`) all
+    break the chain: messages may have been lost, or the consumer is gone.
     """
     if isinstance(error, NoHeartbeatError):
         return ResetReason.HEARTBEAT_MISSED
@@ -356,6 +380,9 @@ def reset_reason_for(error: BaseException) -> ResetReason | None:
         return ResetReason.CONSUMER_DELETED
     if isinstance(error, ConnectionLostError):
         return ResetReason.RECONNECT
+    if isinstance(error, FetchTimeoutError):
+        # The server did not end the pull in time: messages may still be on their way to it.
+        return ResetReason.FETCH_INTERRUPTED
     return None
 
 
@@ -399,6 +426,7 @@ class OrderedConsumerState:
         "_strikes",
         "_created_at",
         "_progress",
+        "_quick_until",
     )
 
     def __init__(self, stream: str, options: OrderedConsumerOptions | None = None, *, name_prefix: str) -> None:
@@ -420,6 +448,7 @@ class OrderedConsumerState:
         self._strikes = 0
         self._created_at = 0.0
         self._progress = False
+        self._quick_until = 0.0  # quick retries of a not-ready JetStream until then (a reconnect)
 
     def __repr__(self) -> str:
         return (
@@ -540,6 +569,12 @@ class OrderedConsumerState:
         if not is_transient_create_error(error):
             self._fail(error)
             return True
+        if now < self._quick_until and _not_ready(error):
+            # Just reconnected and JetStream is not ready yet (a restart, an election): ask
+            # again shortly rather than backing off for seconds.
+            self.state = OrderedState.BACKOFF
+            self._due = now + RECONNECT_RETRY
+            return True
         self._strike(now, f"creating {name} failed: {error}", error)
         return True
 
@@ -579,8 +614,10 @@ class OrderedConsumerState:
 
         From ACTIVE: the serial goes up, the consumer sequence starts again from 0 and the next
         creation is due at once, or after a backoff when the dropped consumer flapped (reset
-        within :data:`FLAP_WINDOW` of its creation without a single delivery). Returns the
-        dropped consumer's name, for a best-effort delete.
+        within :data:`FLAP_WINDOW` of its creation without a single delivery, for another
+        reason than a reconnect). Returns the dropped consumer's name, for a best-effort delete.
+        A reconnect also opens the :data:`RECONNECT_WINDOW` of quick retries while JetStream is
+        not ready (:meth:`create_failed`).
 
         From CREATING: the in-flight request is abandoned (its reply will be stale); the same
         name is retried (same configuration: the server answers with the existing consumer if
@@ -589,6 +626,8 @@ class OrderedConsumerState:
         in all these cases.
         """
         state = self.state
+        if reason is ResetReason.RECONNECT:
+            self._quick_until = now + RECONNECT_WINDOW
         if state is OrderedState.ACTIVE:
             dropped = self.name
             self.resets += 1
@@ -596,7 +635,8 @@ class OrderedConsumerState:
             self.serial += 1
             self.name = f"{self.prefix}_{self.serial}"
             self.consumer_seq = 0
-            if not self._progress and now - self._created_at < FLAP_WINDOW:
+            if not self._progress and now - self._created_at < FLAP_WINDOW and reason is not ResetReason.RECONNECT:
+                # (a lost connection says nothing about the consumer: not a flap)
                 self._strike(now, f"consumer {dropped} reset ({reason}) before delivering anything", None)
             else:
                 self._strikes = 0
@@ -828,7 +868,8 @@ class OrderedMachine:
             # An ordered consumer has no priority group, and a 503 to a pull breaks the chain
             # at once (the reset's backoff paces the retries, not the consume's).
             self._consume = msgspec.structs.replace(
-                options, group=None, pin_id=None, no_responders_limit=1, no_responders_check=False
+                options, group=None, pin_id=None, no_responders_limit=1, no_responders_check=False,
+                heartbeat_check=False,
             )
         else:
             raise InvalidOptionError(f"options must be FetchOptions or ConsumeOptions, got {type(options).__name__}")

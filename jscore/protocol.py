@@ -124,12 +124,6 @@ _OK_EVENT: Final = OkReceived()
 _info_decoder: Final = msgspec.json.Decoder(dict[str, Any])
 
 
-def _size(arg: bytes, what: str) -> int:
-    if not arg.isdigit() or len(arg) > _MAX_SIZE_DIGITS:
-        raise RemoteProtocolError(f"bad {what}: {arg[:24]!r}")
-    return int(arg)
-
-
 _subject_cache: dict[bytes, str] = {}
 _SUBJECT_CACHE_LIMIT: Final = 4096
 
@@ -274,11 +268,55 @@ class Parser:
                     )
                 )
                 pos = stop + 2
-            elif buf.startswith(b"HMSG", pos):
-                nxt = self._parse_hmsg(buf, pos, end, n, max_msg, append)
-                if nxt < 0:
+            elif buf.startswith(b"HMSG ", pos):
+                # The other hot path (JetStream messages, replies with status), inlined the same way.
+                args = buf[pos + 5 : end].split()
+                nargs = len(args)
+                if nargs == 4:
+                    subject_b, sid_b, hdr_b, size_b = args
+                    reply_b = b""
+                elif nargs == 5:
+                    subject_b, sid_b, reply_b, hdr_b, size_b = args
+                else:
+                    raise RemoteProtocolError(f"HMSG needs 4 or 5 arguments, got {nargs}")
+                if not hdr_b.isdigit() or len(hdr_b) > _MAX_SIZE_DIGITS:
+                    raise RemoteProtocolError(f"bad HMSG header size: {hdr_b[:24]!r}")
+                if not size_b.isdigit() or len(size_b) > _MAX_SIZE_DIGITS:
+                    raise RemoteProtocolError(f"bad HMSG total size: {size_b[:24]!r}")
+                hdr = int(hdr_b)
+                size = int(size_b)
+                if size > max_msg:
+                    raise RemoteProtocolError(f"HMSG size {size} exceeds max_payload")
+                if hdr > size:
+                    raise RemoteProtocolError(f"HMSG header size {hdr} > total size {size}")
+                if hdr < _MIN_HEADER_BLOCK:
+                    raise RemoteProtocolError(f"HMSG header size {hdr} is too small for a header block")
+                if not sid_b.isdigit():
+                    raise RemoteProtocolError(f"bad HMSG sid {sid_b[:24]!r}")
+                start = end + 2
+                stop = start + size
+                if stop + 2 > n:
+                    self._need = stop + 2 - pos
                     break
-                pos = nxt
+                if not buf.startswith(b"\r\n", stop):
+                    raise RemoteProtocolError("HMSG payload is not followed by CRLF")
+                headers, status, description = parse_header_block(buf[start : start + hdr])
+                subject = subjects.get(subject_b)
+                if subject is None:
+                    subject = _decode_subject(subject_b)
+                append(
+                    MsgReceived(
+                        subject,
+                        int(sid_b),
+                        _text(reply_b, "reply subject") if reply_b else None,
+                        buf[start + hdr : stop],
+                        headers,
+                        status,
+                        description,
+                        len(subject_b) + len(reply_b) + size,
+                    )
+                )
+                pos = stop + 2
             else:
                 line = buf[pos:end]
                 pos = end + 2
@@ -292,51 +330,6 @@ class Parser:
             head = buf[pos : pos + 5].upper()
             if not head.startswith(b"INFO") or pending > MAX_INFO_LINE:
                 raise RemoteProtocolError("control line too long (no CRLF)")
-
-    def _parse_hmsg(self, buf: bytes, pos: int, end: int, n: int, max_msg: int, append: Any) -> int:
-        if buf[pos + 4 : pos + 5] != b" ":
-            self._parse_control(buf[pos:end], append)  # let the generic path report it
-            return end + 2
-        args = buf[pos + 5 : end].split()
-        nargs = len(args)
-        if nargs == 4:
-            subject_b, sid_b, hdr_b, size_b = args
-            reply_b = b""
-        elif nargs == 5:
-            subject_b, sid_b, reply_b, hdr_b, size_b = args
-        else:
-            raise RemoteProtocolError(f"HMSG needs 4 or 5 arguments, got {nargs}")
-        hdr = _size(hdr_b, "HMSG header size")
-        size = _size(size_b, "HMSG total size")
-        if size > max_msg:
-            raise RemoteProtocolError(f"HMSG size {size} exceeds max_payload")
-        if hdr > size:
-            raise RemoteProtocolError(f"HMSG header size {hdr} > total size {size}")
-        if hdr < _MIN_HEADER_BLOCK:
-            raise RemoteProtocolError(f"HMSG header size {hdr} is too small for a header block")
-        if not sid_b.isdigit():
-            raise RemoteProtocolError(f"bad HMSG sid {sid_b[:24]!r}")
-        start = end + 2
-        stop = start + size
-        if stop + 2 > n:
-            self._need = stop + 2 - pos
-            return -1
-        if buf[stop : stop + 2] != b"\r\n":
-            raise RemoteProtocolError("HMSG payload is not followed by CRLF")
-        headers, status, description = parse_header_block(buf[start : start + hdr])
-        append(
-            MsgReceived(
-                subject=_text(subject_b, "subject"),
-                sid=int(sid_b),
-                reply=_text(reply_b, "reply subject") if reply_b else None,
-                data=buf[start + hdr : stop],
-                headers=headers,
-                status=status,
-                description=description,
-                size=len(subject_b) + len(reply_b) + size,
-            )
-        )
-        return stop + 2
 
     def _parse_control(self, line: bytes, append: Any) -> None:
         head, _, rest = line.partition(b" ")

@@ -49,6 +49,7 @@ import msgspec
 from . import status as _status
 from .errors import (
     ConnectionLostError,
+    FetchTimeoutError,
     InvalidOptionError,
     LocalProtocolError,
     NatsError,
@@ -61,6 +62,7 @@ from .jsapi import check_consumer_name, check_group_name, check_stream_name
 from .models import ConsumerConfig, PriorityPolicy
 from .protocol import MsgReceived
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Stop
+from .validate import check_bool
 
 __all__ = [
     # wire
@@ -85,6 +87,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGES",
     "DEFAULT_EXPIRES",
     "NO_WAIT_TIMEOUT",
+    "NO_WAIT_SILENCE",
     "ConsumeOptions",
     "FetchOptions",
     "resolve_consume_options",
@@ -92,6 +95,7 @@ __all__ = [
     "check_priority",
     "consume_expires",
     "fetch_grace",
+    "heartbeat_check_after",
     # commands
     "Stop",
     "Drain",
@@ -99,6 +103,7 @@ __all__ = [
     "ConnectionRestored",
     "ConnectionClosed",
     "ConsumerGone",
+    "ConsumerPresent",
     "MessagesTaken",
     "AckNext",
     "PullCommand",
@@ -316,10 +321,20 @@ FETCH_DEFAULT_HEARTBEAT: Final = 5.0
 FETCH_HEARTBEAT_FROM: Final = 10.0  # fetch uses heartbeats by default only from this expires on
 NO_WAIT_TIMEOUT: Final = 5.0
 """Client timer of a no_wait fetch without expires: the server answers at once (messages, then
-404/408), so this only guards against a lost answer."""
+404/408), so this only guards against a lost answer (see :data:`NO_WAIT_SILENCE`)."""
+NO_WAIT_SILENCE: Final = 1.0
+"""A no_wait fetch without expires ends with :class:`FetchTimeoutError` when nothing at all
+(message or status) came for this long: a live server answers such a pull at once and without
+pauses, unless the consumer is at ``max_ack_pending`` (then it holds the pull, silent, until acks
+make room), so a second of silence means that, or a server or link that stopped answering."""
 DEFAULT_NO_RESPONDERS_LIMIT: Final = 3
 DEFAULT_NO_RESPONDERS_BACKOFF: Final = 1.0
-MAX_NO_RESPONDERS_BACKOFF: Final = 10.0
+MAX_NO_RESPONDERS_BACKOFF: Final = 2.0
+"""The longest wait between pulls answered 503 (or the first backoff, if longer). A 503 to a
+pull means the consumer has no leader yet (an election after a node died) or JetStream is not
+available; a pull is cheap for the server, so the consume asks at least every 2 s and resumes
+within 2 s of the election (nats.go waits up to 10 s, which a ledger soak measured as 15 s of
+stall after the consumer leader's node was killed)."""
 REFUSED_BACKOFF: Final = 1.0
 """Consume: the first wait before re-pulling after a refused pull that was refused again, or
 after an unknown status (doubled per repetition without a message in between)."""
@@ -345,6 +360,7 @@ class ConsumeOptions(msgspec.Struct, frozen=True, kw_only=True):
     no_responders_limit: int = DEFAULT_NO_RESPONDERS_LIMIT
     no_responders_backoff: float = DEFAULT_NO_RESPONDERS_BACKOFF
     no_responders_check: bool = False
+    heartbeat_check: bool = False
 
     @property
     def by_bytes(self) -> bool:
@@ -410,6 +426,7 @@ def resolve_consume_options(
     no_responders_limit: int = DEFAULT_NO_RESPONDERS_LIMIT,
     no_responders_backoff: float = DEFAULT_NO_RESPONDERS_BACKOFF,
     no_responders_check: bool = False,
+    heartbeat_check: bool = False,
 ) -> ConsumeOptions:
     """Consume options with ADR-37's defaults (those of nats.go's pull.go), validated.
 
@@ -421,11 +438,17 @@ def resolve_consume_options(
       max_bytes); a threshold above its limit is an error, and so is the threshold of the
       limit not in use (it would be silently ignored).
     * ``no_responders_limit`` (K): consecutive 503s after which the consume ends;
-      ``no_responders_backoff``: the first retry delay, doubled per 503, capped at 10 s.
+      ``no_responders_backoff``: the first retry delay, doubled per 503, capped at
+      :data:`MAX_NO_RESPONDERS_BACKOFF` (or the first delay, if longer).
       ``no_responders_check``: instead of ending, every K-th 503 in a row asks the transport
       whether the consumer still exists (:class:`ConsumerCheckRequested`); it answers
       :class:`ConsumerGone` or nothing, and the consume keeps retrying meanwhile (a cluster
       without quorum, a leader election: ADR-37 allows the check).
+    * ``heartbeat_check``: when a heartbeat is late by one interval (nothing for
+      :func:`heartbeat_check_after` while a pull is outstanding), ask the transport whether the
+      consumer still exists (:class:`ConsumerCheckRequested`) instead of waiting for the
+      2 x heartbeat watchdog; it answers :class:`ConsumerPresent` (the pulls are re-sent at
+      once if still nothing came) or :class:`ConsumerGone`.
     """
     if max_messages is not None and max_bytes is not None:
         _fail("max_messages and max_bytes exclude each other (ADR-37): give one")
@@ -452,8 +475,8 @@ def resolve_consume_options(
     g, mp, map_, pr, pin = _priority_options(group, min_pending, min_ack_pending, priority, pin_id)
     limit = _count("no_responders_limit", no_responders_limit, 1)
     backoff = _seconds("no_responders_backoff", no_responders_backoff)
-    if not isinstance(no_responders_check, bool):
-        _fail(f"no_responders_check must be a bool, got {no_responders_check!r}")
+    check_bool(no_responders_check, "no_responders_check")
+    check_bool(heartbeat_check, "heartbeat_check")
     if backoff <= 0:
         _fail(f"no_responders_backoff must be > 0 seconds, got {no_responders_backoff!r}")
     return ConsumeOptions(
@@ -471,6 +494,7 @@ def resolve_consume_options(
         no_responders_limit=limit,
         no_responders_backoff=backoff,
         no_responders_check=no_responders_check,
+        heartbeat_check=heartbeat_check,
     )
 
 
@@ -565,6 +589,14 @@ def fetch_grace(expires: float) -> float:
     return min(max(0.25, 0.1 * expires), 5.0)
 
 
+def heartbeat_check_after(heartbeat: float) -> float:
+    """How long a consume with ``heartbeat_check`` waits for any message (a heartbeat counts)
+    before asking whether its consumer is still there: one heartbeat interval plus a quarter of
+    it (at most 1 s) for the heartbeat's own travel, i.e. the next heartbeat is late. The
+    watchdog's 2 x heartbeat stays the bound when the check gets no answer."""
+    return heartbeat + min(heartbeat / 4, 1.0)
+
+
 def resolve_fetch_options(
     max_messages: int | None = None,
     max_bytes: int | None = None,
@@ -588,8 +620,7 @@ def resolve_fetch_options(
     * heartbeat: 5 s by default only when expires >= 10 s; explicit values in [0.5, 30] s and
       <= expires / 2; ``heartbeat=0`` switches them off; none for a no_wait pull without expires.
     """
-    if not isinstance(no_wait, bool):
-        _fail(f"no_wait must be a bool, got {type(no_wait).__name__}")
+    check_bool(no_wait, "no_wait")
     if max_messages is None and max_bytes is None:
         _fail("fetch needs max_messages or max_bytes (ADR-37: at least one is required)")
     mb = 0 if max_bytes is None else _count("max_bytes", max_bytes, 1, _MAX_BYTES)
@@ -660,8 +691,26 @@ class ConsumerGone(msgspec.Struct, frozen=True, kw_only=True):
     error: NatsError
 
 
+class ConsumerPresent(msgspec.Struct, frozen=True, kw_only=True):
+    """Consume, the other answer to :class:`ConsumerCheckRequested`: the consumer exists. After
+    a check for a late heartbeat, if still nothing came since the check was asked, the server
+    has lost the pulls (a consumer leader that changed without a ``409 Leadership Change``,
+    for one): pending is reset and the pulls are sent again at once (no notification: if
+    nothing comes of it either, the watchdog reports :class:`HeartbeatMissed` at 2 x
+    heartbeat after the last message as usual). Otherwise, and after a 503 check, nothing
+    changes."""
+
+
 PullCommand = Union[
-    Stop, Drain, ConnectionLost, ConnectionRestored, ConnectionClosed, MessagesTaken, ConsumerGone, AckNext
+    Stop,
+    Drain,
+    ConnectionLost,
+    ConnectionRestored,
+    ConnectionClosed,
+    MessagesTaken,
+    ConsumerGone,
+    ConsumerPresent,
+    AckNext,
 ]
 
 
@@ -751,8 +800,9 @@ _SERVER_ENDS: Final = frozenset({FetchEnd.BATCH_COMPLETE, FetchEnd.STATUS})
 
 class FetchFinished(msgspec.Struct, frozen=True, kw_only=True):
     """The fetch is over: ``delivered`` messages came; ``error`` None is a normal end (batch
-    or bytes reached, a 404/408, the client timer); ``status`` is the code that ended it, if
-    any; ``end`` says what ended it. ``next()`` raises a TimeoutError subclass when nothing
+    or bytes reached, a 404/408, a stop); a silent server (client timer, missed heartbeats) or
+    a lost connection is an error; ``status`` is the code that ended it, if any; ``end`` says
+    what ended it. ``next()`` raises a TimeoutError subclass when nothing
     was delivered and there is no error: that is the transport's call."""
 
     error: NatsError | None
@@ -784,9 +834,12 @@ class ConsumerReconnected(msgspec.Struct, frozen=True):
 
 
 class ConsumerCheckRequested(msgspec.Struct, frozen=True, kw_only=True):
-    """Consume with ``no_responders_check``: K (more) 503s in a row. The transport asks the
-    server whether the consumer still exists and answers :class:`ConsumerGone` if not; the
-    machine keeps retrying with backoff meanwhile. ``error`` is the last 503's."""
+    """Consume: does the consumer still exist? With ``no_responders_check`` after K (more) 503s
+    in a row (``error`` is the last 503's; the machine keeps retrying with backoff meanwhile);
+    with ``heartbeat_check`` when a heartbeat is late by one interval (``error`` is a
+    :class:`NoHeartbeatError`). The transport asks the server and answers
+    :class:`ConsumerGone` if it is gone, :class:`ConsumerPresent` if it is there, nothing when
+    the server does not answer (the watchdog stays in charge)."""
 
     error: Exception
 
@@ -863,9 +916,11 @@ class FetchMachine(_Machine):
 
     Ends when the batch count or byte total is reached, on a status that ends a pull (see
     the table's fetch column), when 2 x heartbeat pass without any message
-    (:class:`NoHeartbeatError`), on its client timer (``client_timeout`` after the start: no
-    error, with whatever arrived), on :class:`ConnectionLost` or :class:`Stop`. After the end
-    nothing more is delivered; late messages are counted in ``ignored``.
+    (:class:`NoHeartbeatError`), on its client timer (``client_timeout`` after the start, or
+    :data:`NO_WAIT_SILENCE` without any answer to a no_wait pull without expires:
+    :class:`FetchTimeoutError`, with whatever arrived), on :class:`ConnectionLost`
+    (:class:`ConnectionLostError`) or :class:`Stop`. After the end nothing more is delivered;
+    late messages are counted in ``ignored``.
     """
 
     def __init__(self, options: FetchOptions, now: float) -> None:
@@ -876,7 +931,13 @@ class FetchMachine(_Machine):
         self.pin_id = options.pin_id
         self._track_pin = options.group is not None
         self._deadline = now + options.client_timeout
+        # Silence ends the fetch: 2 x heartbeat with heartbeats; a no_wait pull without expires
+        # (answered at once, without pauses) after NO_WAIT_SILENCE.
         self._hb_window = 2 * options.heartbeat
+        if options.expires == 0 and not self._hb_window:
+            self._silence = min(NO_WAIT_SILENCE, options.client_timeout)
+        else:
+            self._silence = 0.0
         self._last_seen = now
         body = build_pull_request(
             batch=options.batch,
@@ -904,6 +965,8 @@ class FetchMachine(_Machine):
             return None
         if self._hb_window:
             return min(self._deadline, self._last_seen + self._hb_window)
+        if self._silence:
+            return min(self._deadline, self._last_seen + self._silence)
         return self._deadline
 
     def handle_timeout(self, now: float) -> None:
@@ -911,8 +974,23 @@ class FetchMachine(_Machine):
         try:
             if self.state is _FINISHED:
                 return
+            opts = self.options
             if now >= self._deadline:
-                self._finish(None, "client timer expired", None, FetchEnd.CLIENT_TIMER)
+                # The server ends every pull itself (408 at expires, 404 for no_wait), so a
+                # client timer that runs out means a silent server or a lost answer: say so.
+                what = f"expires {opts.expires:g} s" if opts.expires else "no_wait"
+                timeout = FetchTimeoutError(
+                    f"the server did not end the pull ({what}) within {opts.client_timeout:g} s; "
+                    f"{self.delivered} message(s) arrived"
+                )
+                self._finish(timeout, "client timer expired", None, FetchEnd.CLIENT_TIMER)
+            elif self._silence and now >= self._last_seen + self._silence:
+                timeout = FetchTimeoutError(
+                    f"no answer to the no_wait pull for {now - self._last_seen:.3f} s "
+                    f"(a server answers one at once, unless the consumer is at max_ack_pending); "
+                    f"{self.delivered} message(s) arrived"
+                )
+                self._finish(timeout, "no answer", None, FetchEnd.CLIENT_TIMER)
             elif self._hb_window and now >= self._last_seen + self._hb_window:
                 err = NoHeartbeatError(
                     f"no heartbeat or message for {now - self._last_seen:.3f} s "
@@ -972,6 +1050,8 @@ class FetchMachine(_Machine):
                 case ConsumerGone(error=error):
                     if self.state is not _FINISHED:  # (a fetch never asks; honoured all the same)
                         self._finish(error, "the consumer is gone", None, FetchEnd.CONSUMER_GONE)
+                case ConsumerPresent():
+                    pass  # (a fetch never asks: its one pull ends by its watchdog or timer)
                 case _:
                     _unknown_command(command)
         except BaseException as exc:
@@ -1030,7 +1110,12 @@ class ConsumeMachine(_Machine):
     unit) and the connection is up: 2 x idle_heartbeat without ANY message emits
     :class:`HeartbeatMissed` (not terminal), resets pending and sends a fresh pull. With
     nothing outstanding the server owes no heartbeat, so none is missed (a full buffer and a
-    slow handler are not an outage).
+    slow handler are not an outage). With ``heartbeat_check``, a heartbeat late by one interval
+    (:func:`heartbeat_check_after`) asks the transport about the consumer first
+    (:class:`ConsumerCheckRequested`, once per silence): if it exists and still nothing came,
+    pending is reset and the pulls are sent again at once (the watchdog still counts from the
+    last message); a consumer leader that moved without telling its pulls is recovered in
+    about one heartbeat instead of two.
 
     Recovery (ADR-37). A consume ends only on 409 Consumer Deleted, 409 Consumer is push based,
     400 Bad Request (the same pull would be refused again), a closed connection or K 503s (see
@@ -1073,6 +1158,11 @@ class ConsumeMachine(_Machine):
         self._warned_at = -1  # `delivered` when the last MaxBytes warning went out
         self._delivered_at_pull = 0  # `delivered` when the last pull went out
         self._wait_take = False  # 409 MaxBytes with a full local buffer: pull after a take
+        # heartbeat_check: the check is due this long after the last message; _checked_at is
+        # the _last_seen it was asked for (None: not asked since the last message).
+        self._check_after = heartbeat_check_after(options.heartbeat) if options.heartbeat_check else 0.0
+        self._checked_at: float | None = None
+        self._check_open = False  # a check was asked and not yet acted on
         self._maybe_pull(now)
 
     @property
@@ -1107,7 +1197,10 @@ class ConsumeMachine(_Machine):
             return None
         best: float | None = None
         if self.connected and self.outstanding:
-            best = self._last_seen + self._hb_window
+            if self._check_after and self._checked_at != self._last_seen:
+                best = self._last_seen + self._check_after
+            else:
+                best = self._last_seen + self._hb_window
         for t in (self._hold_until, self._retry_at):
             if t is not None and (best is None or t < best):
                 best = t
@@ -1122,15 +1215,19 @@ class ConsumeMachine(_Machine):
                 self._hold_until = None
             if self._retry_at is not None and now >= self._retry_at:
                 self._retry_at = None
-            if self.connected and self.outstanding and now >= self._last_seen + self._hb_window:
-                idle = now - self._last_seen
-                err = NoHeartbeatError(
-                    f"no heartbeat or message for {idle:.3f} s (idle_heartbeat {self.options.heartbeat} s)"
-                )
-                self._events.append(HeartbeatMissed(idle_for=idle, error=err))
-                self.pending_messages = self.pending_bytes = 0
-                self._wait_take = False
-                self._last_seen = now
+            if self.connected and self.outstanding:
+                last = self._last_seen
+                if now >= last + self._hb_window:
+                    self._heartbeat_missed(now)
+                elif self._check_after and self._checked_at != last and now >= last + self._check_after:
+                    # A heartbeat is late by one interval: has the consumer lost our pulls (a
+                    # leader change the server did not announce) or is it gone?
+                    self._checked_at = last
+                    self._check_open = True
+                    err = NoHeartbeatError(
+                        f"no heartbeat or message for {now - last:.3f} s (idle_heartbeat {self.options.heartbeat} s)"
+                    )
+                    self._events.append(ConsumerCheckRequested(error=err))
             self._maybe_pull(now)
         except BaseException as exc:
             self._broken = exc
@@ -1215,7 +1312,24 @@ class ConsumeMachine(_Machine):
                         self._terminate(err, "connection closed")
                 case ConsumerGone(error=error):
                     if self.state is not _FINISHED:
-                        self._terminate(error, "the consumer is gone (503 no responders, then not found)")
+                        self._terminate(error, "the consumer is gone (the server says it does not exist)")
+                case ConsumerPresent():
+                    if (
+                        self.state is _RUNNING
+                        and self.connected
+                        and self.outstanding
+                        and self._check_open
+                        and self._checked_at == self._last_seen
+                    ):
+                        self._check_open = False
+                        # Still nothing since the check: the server lost our pulls. Pull again
+                        # at once; the watchdog keeps counting from the last message (so a
+                        # server that really went silent is still reported at 2 x heartbeat).
+                        last = self._last_seen
+                        self.pending_messages = self.pending_bytes = 0
+                        self._wait_take = False
+                        self._maybe_pull(now)
+                        self._last_seen = last
                 case AckNext(reply=reply):
                     self._ack_next(reply, now)
                 case _:
@@ -1355,7 +1469,8 @@ class ConsumeMachine(_Machine):
                 self._events.append(StatusWarning(code=code, description=desc, error=error))
                 self.pending_messages = self.pending_bytes = 0
                 delay = self.options.no_responders_backoff * 2 ** (self._no_responders - 1)
-                self._retry_at = now + min(delay, MAX_NO_RESPONDERS_BACKOFF)
+                cap = max(MAX_NO_RESPONDERS_BACKOFF, self.options.no_responders_backoff)
+                self._retry_at = now + min(delay, cap)
             case D.TERMINAL:
                 self._terminate(status_error(rule, code, desc), f"{code} {desc}".rstrip())
                 return
@@ -1381,6 +1496,15 @@ class ConsumeMachine(_Machine):
                 self._count_pull(1, 0, now)
                 return
         self._events.append(AckNextRequested(reply=reply, body=ACK_BODY, pull=False))
+
+    def _heartbeat_missed(self, now: float) -> None:
+        idle = now - self._last_seen
+        err = NoHeartbeatError(f"no heartbeat or message for {idle:.3f} s (idle_heartbeat {self.options.heartbeat} s)")
+        self._events.append(HeartbeatMissed(idle_for=idle, error=err))
+        self.pending_messages = self.pending_bytes = 0
+        self._wait_take = False
+        self._last_seen = now
+        self._checked_at = None
 
     def _forget_last_pull(self) -> None:
         batch, max_bytes = self._last_pull

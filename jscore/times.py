@@ -32,6 +32,9 @@ from typing import Any, Final
 __all__ = ["NatsTime", "parse_nats_time", "format_rfc3339", "from_unix_ns", "unix_ns"]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_UTC: Final = timezone.utc
+_SECONDS_LIMIT: Final = 1024  # entries of each cache of seconds below
+_new_datetime: Final = datetime.__new__  # (makes a NatsTime without its checks: callers give valid fields)
 _US: Final = timedelta(microseconds=1)
 
 _TIME_RE: Final = re.compile(
@@ -154,8 +157,23 @@ def unix_ns(value: datetime) -> int:
     return micros * 1000 + _nanos(value)
 
 
+_utc_seconds: dict[int, tuple[int, int, int, int, int, int]] = {}
+
+
 def from_unix_ns(ns: int, tz: tzinfo = timezone.utc) -> NatsTime:
     """The :class:`NatsTime` of ``ns`` nanoseconds since the Unix epoch."""
+    if tz is _UTC:
+        # (the common case, every message's metadata: the date and time of the second cached)
+        seconds, below = divmod(ns, 1_000_000_000)
+        fields = _utc_seconds.get(seconds)
+        if fields is None:
+            d = _EPOCH + timedelta(seconds=seconds)
+            if len(_utc_seconds) >= _SECONDS_LIMIT:
+                _utc_seconds.clear()
+            fields = _utc_seconds[seconds] = (d.year, d.month, d.day, d.hour, d.minute, d.second)
+        value: NatsTime = _new_datetime(NatsTime, *fields, below // 1000, _UTC)
+        value._nanosecond = below % 1000
+        return value
     micros, nanos = divmod(ns, 1000)
     d = (_EPOCH + timedelta(microseconds=micros)).astimezone(tz)
     return NatsTime(d.year, d.month, d.day, d.hour, d.minute, d.second, d.microsecond, d.tzinfo, nanosecond=nanos)
@@ -174,11 +192,47 @@ def format_rfc3339(value: datetime) -> str:
     )
 
 
+# The form nats-server 2.15 sends (``2026-11-22T01:44:53.269610481Z``, trailing zeros of the
+# fraction left out) is read
+# without the general expression: the date and time before the fraction, checked once, are
+# cached (the messages of one batch share a handful of seconds), so a stamp costs two slices,
+# one int() and the datetime constructor.
+_SECOND_RE: Final = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)")
+_seconds: dict[str, tuple[int, int, int, int, int, int]] = {}
+_FRACTION_SCALE: Final = tuple(10 ** (9 - digits) for digits in range(10))
+
+
+def _second_fields(head: str) -> tuple[int, int, int, int, int, int] | None:
+    """The fields of ``YYYY-MM-DDTHH:MM:SS`` when it is a valid time (cached), else None."""
+    m = _SECOND_RE.fullmatch(head)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in m.groups())
+    try:
+        datetime(year, month, day, hour, minute, second)
+    except ValueError:
+        return None
+    if len(_seconds) >= _SECONDS_LIMIT:
+        _seconds.clear()
+    fields = _seconds[head] = (year, month, day, hour, minute, second)
+    return fields
+
+
 def parse_nats_time(text: str) -> NatsTime:
     """Parse a server timestamp: RFC 3339 with up to nanoseconds (``2026-11-22T01:44:53.269610481Z``,
     what nats-server 2.15 sends) or Go's ``time.String()`` form (``2022-08-06 00:29:27.587861324
     +0000 UTC``, older servers' ``Nats-Time-Stamp``). Returns an exact :class:`NatsTime`.
     Raises ValueError if it is neither."""
+    if 22 <= len(text) <= 30 and text[-1] == "Z" and text[19] == ".":
+        frac = text[20:-1]  # 1 to 9 digits (Go leaves out trailing zeros)
+        if frac.isdecimal():
+            head = text[:19]
+            fields = _seconds.get(head) or _second_fields(head)
+            if fields is not None:
+                nanos = int(frac) * _FRACTION_SCALE[len(frac)]
+                value: NatsTime = _new_datetime(NatsTime, *fields, nanos // 1000, _UTC)
+                value._nanosecond = nanos % 1000
+                return value
     m = _TIME_RE.fullmatch(text.strip())
     if m is None:
         raise ValueError(f"invalid timestamp {text[:64]!r}")

@@ -17,6 +17,7 @@ from jscore.models import (
     DeliverPolicy,
     DiscardPolicy,
     PersistMode,
+    Placement,
     PriorityPolicy,
     PubAck,
     ReplayPolicy,
@@ -103,6 +104,7 @@ __all__ = [
     "MsgMetadata",
     "SequencePair",
     "PauseResponse",
+    "Placement",
     "NatsTime",
     # enums
     "RetentionPolicy",

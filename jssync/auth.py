@@ -17,7 +17,7 @@ thread calls before it dials, outside the lock:
 The seed is kept only from the read to the signature: the key pair is wiped once the nonce is
 signed, and the bytes read are overwritten (best effort: Python cannot promise that no copy
 survives). A seed given as a string stays in memory as long as the client (there is no file to
-read again). Signing needs the ``nkeys`` package (``pip install 'jssync[nkeys]'``), imported
+read again). Signing needs the ``nkeys`` package (``pip install nkeys``; the ``nkeys`` extra), imported
 only when a seed or creds file is used.
 """
 
@@ -34,7 +34,7 @@ from jscore.errors import CredentialsError, InvalidOptionError
 
 __all__ = ["Authenticator", "NKEYS_INSTALL_HINT", "import_nkeys"]
 
-NKEYS_INSTALL_HINT: Final = "pip install 'jssync[nkeys]'"
+NKEYS_INSTALL_HINT: Final = "pip install nkeys (the nkeys extra: pip install -e '.[nkeys]' in the jssync checkout)"
 
 T = TypeVar("T")
 PathArg = Union[str, "os.PathLike[str]"]

@@ -643,8 +643,9 @@ class Client:
             pass
         finally:
             if item is None:  # timed out, or interrupted: leave nothing behind
-                with self._lock:
-                    self._flushes.pop(token, None)
+                # Without the lock (a dict pop is atomic): the I/O thread may hold it for a
+                # whole turn of a flood, and the caller's timeout must not wait for that.
+                self._flushes.pop(token, None)
         if item is None:
             raise TimeoutError(f"flush did not complete within {timeout} s")
         if isinstance(item, _Stop):
@@ -821,10 +822,11 @@ class Client:
             return
         self._close_error = error
         stop = _Stop(error)
-        for w in self._requests.values():
+        # Snapshots: a caller that timed out removes its entry without the lock.
+        for w in list(self._requests.values()):
             w.put(stop)
         self._requests.clear()
-        for f in self._flushes.values():
+        for f in list(self._flushes.values()):
             f.put(stop)
         self._flushes.clear()
         for sub in self._subs.values():
@@ -1075,10 +1077,13 @@ class Client:
         except OSError as exc:
             error = exc
         if chunks:
+            # One hold of the lock per chunk (at most _READ_SIZE of work), so a caller waiting
+            # for the lock during a flood waits for one chunk, not a whole turn.
             session = self._session
-            with self._lock:
-                now = _monotonic()
-                for c in chunks:
+            lock = self._lock
+            now = _monotonic()
+            for c in chunks:
+                with lock:
                     session.receive_data(c, now)
         if eof or error is not None:
             self._lost(error or ConnectionResetError("the server closed the connection"), wbuf)
@@ -1261,7 +1266,8 @@ def _takes_the_options_of(cls: Callable[_P, Client]) -> Callable[[Callable[..., 
     from the one definition of the options: a misspelled option is a ``TypeError``."""
 
     def give(f: Callable[..., Client]) -> Callable[_P, Client]:
-        f.__signature__ = inspect.signature(cls)  # type: ignore[attr-defined]
+        # (the class's signature is its __init__'s, which returns None: connect returns a Client)
+        f.__signature__ = inspect.signature(cls).replace(return_annotation=cls)  # type: ignore[attr-defined]
         return f
 
     return give

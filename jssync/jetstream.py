@@ -21,6 +21,7 @@ import msgspec
 
 from jscore import jsapi, status
 from jscore.errors import (
+    BucketNotFoundError,
     InvalidOptionError,
     JetStreamError,
     NoRespondersError,
@@ -36,16 +37,19 @@ from jscore.models import (
     ConsumerNamesResponse,
     PauseResponse,
     PubAck,
-    StorageType,
+    ConsumerConfigFields,
     StreamConfig,
+    StreamConfigFields,
     StreamInfo,
     StreamListResponse,
     StreamNamesResponse,
     SuccessResponse,
+    config_from_fields,
     decode_response,
+    spell_out_fields,
 )
 
-from jscore.validate import check_timeout
+from jscore.validate import check_bool, check_timeout
 
 from .client import shell_of
 from .consumer import Consumer
@@ -53,7 +57,10 @@ from .ordered import OrderedConsumer, ordered_options
 from .stream import Stream
 
 if TYPE_CHECKING:
-    from jscore.kv import KeyValueStatus
+    from typing_extensions import Unpack
+
+    from jscore.kv import KeyValueFields, KeyValueStatus
+    from jscore.objstore import ObjectStoreFields
 
     from .client import Client
     from .kv import KeyValue
@@ -68,25 +75,13 @@ __all__ = ["JetStream", "DEFAULT_API_PREFIX"]
 DEFAULT_API_PREFIX = jsapi.DEFAULT_API_PREFIX
 
 T = TypeVar("T")
-S = TypeVar("S", bound=msgspec.Struct)
+
+# What a bucket call does with its stream.
+_CREATE, _UPDATE, _UPSERT = "create", "update", "create_or_update"
 
 
 def _ephemeral_name() -> str:
     return secrets.token_urlsafe(16)  # 22 characters of A-Z a-z 0-9 - _
-
-
-def _merge_config(cls: type[S], config: S | None, fields: dict[str, Any], what: str) -> S:
-    """A config from a config object and/or keyword fields (fields override the object's)."""
-    if config is None:
-        try:
-            return cls(**fields)
-        except TypeError as exc:
-            if "name" in str(exc) and "Missing required" in str(exc):
-                raise InvalidOptionError(f"a {what} needs a name") from None
-            raise
-    if not isinstance(config, cls):
-        raise InvalidOptionError(f"config must be a {cls.__name__}, got {type(config).__name__}")
-    return msgspec.structs.replace(config, **fields) if fields else config
 
 
 class JetStream:
@@ -158,78 +153,35 @@ class JetStream:
     # ------------------------------------------------------------------ key-value store
 
     def create_key_value(
-        self,
-        bucket: str,
-        *,
-        description: str | None = None,
-        history: int = 1,
-        ttl: float | None = None,
-        max_value_size: int | None = None,
-        max_bytes: int | None = None,
-        storage: StorageType | str = StorageType.FILE,
-        replicas: int = 1,
-        limit_marker_ttl: float | None = None,
-        metadata: dict[str, str] | None = None,
-        timeout: float | None = None,
+        self, bucket: str, *, timeout: float | None = None, **fields: Unpack[KeyValueFields]
     ) -> KeyValue:
-        """Create the key-value bucket ``bucket`` (the stream ``KV_<bucket>``): ``description``,
-        ``history`` (1..64), ``ttl``, ``max_value_size``, ``max_bytes``, ``storage``,
-        ``replicas``, ``limit_marker_ttl``, ``metadata``. An identical bucket is not an error;
-        another configuration under that name raises :class:`StreamNameInUseError`."""
-        from .kv import create_key_value
+        """Create the key-value bucket ``bucket`` (the stream ``KV_<bucket>``). ``fields``:
+        ``description``, ``history`` (1..64, default 1), ``ttl`` (seconds), ``max_value_size``,
+        ``max_bytes``, ``storage`` (file), ``replicas`` (1), ``limit_marker_ttl``, ``metadata``,
+        ``compression`` (False), ``placement``. An identical bucket is not an error; another
+        configuration under that name raises :class:`StreamNameInUseError`."""
+        from .kv import key_value_bucket
 
-        return create_key_value(self, bucket, "create", timeout, **dict(
-            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
-            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
-            metadata=metadata,
-        ))
+        return key_value_bucket(self, bucket, _CREATE, timeout, fields)
 
     def update_key_value(
-        self,
-        bucket: str,
-        *,
-        description: str | None = None,
-        history: int = 1,
-        ttl: float | None = None,
-        max_value_size: int | None = None,
-        max_bytes: int | None = None,
-        storage: StorageType | str = StorageType.FILE,
-        replicas: int = 1,
-        limit_marker_ttl: float | None = None,
-        metadata: dict[str, str] | None = None,
-        timeout: float | None = None,
+        self, bucket: str, *, timeout: float | None = None, **fields: Unpack[KeyValueFields]
     ) -> KeyValue:
-        """Replace the bucket's configuration with the one given (:class:`BucketNotFoundError`)."""
-        from .kv import create_key_value
+        """Replace the bucket's configuration with the one the ``fields`` of
+        :meth:`create_key_value` make (fields not given take their defaults, not the current
+        values); :class:`BucketNotFoundError`, or the server's typed error for a change it
+        refuses (the storage type, for one)."""
+        from .kv import key_value_bucket
 
-        return create_key_value(self, bucket, "update", timeout, **dict(
-            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
-            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
-            metadata=metadata,
-        ))
+        return key_value_bucket(self, bucket, _UPDATE, timeout, fields)
 
     def create_or_update_key_value(
-        self,
-        bucket: str,
-        *,
-        description: str | None = None,
-        history: int = 1,
-        ttl: float | None = None,
-        max_value_size: int | None = None,
-        max_bytes: int | None = None,
-        storage: StorageType | str = StorageType.FILE,
-        replicas: int = 1,
-        limit_marker_ttl: float | None = None,
-        metadata: dict[str, str] | None = None,
-        timeout: float | None = None,
+        self, bucket: str, *, timeout: float | None = None, **fields: Unpack[KeyValueFields]
     ) -> KeyValue:
-        from .kv import create_key_value
+        """:meth:`update_key_value`, or :meth:`create_key_value` when there is no such bucket."""
+        from .kv import key_value_bucket
 
-        return create_key_value(self, bucket, "upsert", timeout, **dict(
-            description=description, history=history, ttl=ttl, max_value_size=max_value_size,
-            max_bytes=max_bytes, storage=storage, replicas=replicas, limit_marker_ttl=limit_marker_ttl,
-            metadata=metadata,
-        ))
+        return key_value_bucket(self, bucket, _UPSERT, timeout, fields)
 
     def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
         """A handle on an existing bucket (:class:`BucketNotFoundError`)."""
@@ -268,28 +220,55 @@ class JetStream:
         info = self._call(subject_of(cfg.name), body, StreamInfo, timeout)
         return Stream(self, info)
 
+    def _bucket_stream(self, cfg: StreamConfig, action: str, bucket: str, timeout: float | None) -> Stream:
+        """The stream of a bucket (key-value or object store), created, updated or either;
+        an update of a missing one raises :class:`BucketNotFoundError`."""
+        if action == _CREATE:
+            return self.create_stream(cfg, timeout=timeout)
+        if action == _UPSERT:
+            return self.create_or_update_stream(cfg, timeout=timeout)
+        try:
+            return self.update_stream(cfg, timeout=timeout)
+        except StreamNotFoundError as exc:
+            raise BucketNotFoundError.of(exc, bucket) from exc
+
+    @spell_out_fields(StreamConfigFields)
     def create_stream(
-        self, config: StreamConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self,
+        config: StreamConfig | None = None,
+        *,
+        timeout: float | None = None,
+        **fields: Unpack[StreamConfigFields],
     ) -> Stream:
         """Create a stream from a :class:`StreamConfig` and/or its fields as keywords.
         Creating a stream that exists with the same config succeeds; with a different one it
         raises :class:`StreamNameInUseError`."""
-        cfg = _merge_config(StreamConfig, config, fields, "stream config")
+        cfg = config_from_fields(StreamConfig, config, fields, "create_stream")
         return self._upsert_stream(self._subjects.stream_create, cfg, timeout)
 
+    @spell_out_fields(StreamConfigFields)
     def update_stream(
-        self, config: StreamConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self,
+        config: StreamConfig | None = None,
+        *,
+        timeout: float | None = None,
+        **fields: Unpack[StreamConfigFields],
     ) -> Stream:
         """Update an existing stream (:class:`StreamNotFoundError` if there is none). Send the
         whole config: fields left unset take the server's defaults, not the current values."""
-        cfg = _merge_config(StreamConfig, config, fields, "stream config")
+        cfg = config_from_fields(StreamConfig, config, fields, "update_stream")
         return self._upsert_stream(self._subjects.stream_update, cfg, timeout)
 
+    @spell_out_fields(StreamConfigFields)
     def create_or_update_stream(
-        self, config: StreamConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self,
+        config: StreamConfig | None = None,
+        *,
+        timeout: float | None = None,
+        **fields: Unpack[StreamConfigFields],
     ) -> Stream:
         """Update the stream, or create it when it does not exist."""
-        cfg = _merge_config(StreamConfig, config, fields, "stream config")
+        cfg = config_from_fields(StreamConfig, config, fields, "create_or_update_stream")
         try:
             return self._upsert_stream(self._subjects.stream_update, cfg, timeout)
         except StreamNotFoundError:
@@ -374,36 +353,60 @@ class JetStream:
     # ------------------------------------------------------------------ consumers
 
     def _upsert_consumer(
-        self, stream: str, config: ConsumerConfig | None, fields: dict[str, Any], action: str, timeout: float | None
+        self,
+        stream: str,
+        config: ConsumerConfig | None,
+        fields: ConsumerConfigFields,
+        action: str,
+        timeout: float | None,
+        call: str,
     ) -> Consumer:
-        cfg = _merge_config(ConsumerConfig, config, fields, "consumer config")
+        cfg = config_from_fields(ConsumerConfig, config, fields, call)
         subject, body, _ = jsapi.consumer_create_request(
             self._subjects, stream, cfg, action, ephemeral_name=_ephemeral_name()
         )
         info = self._call(subject, body, ConsumerInfo, timeout)
         return Consumer(self, info)
 
+    @spell_out_fields(ConsumerConfigFields)
     def create_consumer(
-        self, stream: str, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self,
+        stream: str,
+        config: ConsumerConfig | None = None,
+        *,
+        timeout: float | None = None,
+        **fields: Unpack[ConsumerConfigFields],
     ) -> Consumer:
         """Create a consumer (durable with ``durable_name`` or ``name``; ephemeral without,
         with a random name). Creating an identical consumer again succeeds; a different one
         under the same name raises :class:`ConsumerExistsError`. ``ack_policy`` defaults to
         explicit."""
-        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_CREATE, timeout)
+        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_CREATE, timeout, "create_consumer")
 
+    @spell_out_fields(ConsumerConfigFields)
     def update_consumer(
-        self, stream: str, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self,
+        stream: str,
+        config: ConsumerConfig | None = None,
+        *,
+        timeout: float | None = None,
+        **fields: Unpack[ConsumerConfigFields],
     ) -> Consumer:
         """Update an existing consumer (:class:`ConsumerDoesNotExistError`, a
         :class:`ConsumerNotFoundError`, when there is none)."""
-        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_UPDATE, timeout)
+        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_UPDATE, timeout, "update_consumer")
 
+    @spell_out_fields(ConsumerConfigFields)
     def create_or_update_consumer(
-        self, stream: str, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self,
+        stream: str,
+        config: ConsumerConfig | None = None,
+        *,
+        timeout: float | None = None,
+        **fields: Unpack[ConsumerConfigFields],
     ) -> Consumer:
         """Create the consumer, or update it when it exists."""
-        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_CREATE_OR_UPDATE, timeout)
+        return self._upsert_consumer(stream, config, fields, jsapi.ACTION_CREATE_OR_UPDATE, timeout, "create_or_update_consumer")
 
     def consumer_info(self, stream: str, name: str, *, timeout: float | None = None) -> ConsumerInfo:
         return self._call(self._subjects.consumer_info(stream, name), b"", ConsumerInfo, timeout)
@@ -419,8 +422,7 @@ class JetStream:
         needs the configuration is checked only once :meth:`Consumer.info` succeeded:
         priority-group options go to the server unchecked until then, and ``cached_info``
         raises :class:`NoConsumerInfoError`."""
-        if not isinstance(bind, bool):
-            raise InvalidOptionError(f"bind must be a bool, got {bind!r}")
+        check_bool(bind, "bind")
         if bind:
             return Consumer(self, None, stream=stream, name=name)
         return Consumer(self, self.consumer_info(stream, name, timeout=timeout))
@@ -486,7 +488,7 @@ class JetStream:
                     p = self._publisher = Publisher(self)
                     # From now on js.publish_async IS the publisher's method (same signature): one
                     # Python call less per message on the async hot path.
-                    self.publish_async = p.publish_async  # type: ignore[method-assign,assignment]
+                    self.publish_async = p.publish_async  # type: ignore[method-assign]
         return p
 
     def configure_publish(
@@ -518,10 +520,29 @@ class JetStream:
         *,
         headers: HeadersInput | None = None,
         timeout: float | None = None,
-        **options: Any,
+        msg_id: str | None = None,
+        expected_stream: str | None = None,
+        expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None,
+        expected_last_subject_seq_subject: str | None = None,
+        expected_last_msg_id: str | None = None,
+        ttl: float | str | None = None,
     ) -> PubAck:
-        """Publish and wait for the PubAck (see :meth:`jssync.publish.Publisher.publish`)."""
-        return self._pub().publish(subject, payload, headers=headers, timeout=timeout, **options)
+        """Publish and wait for the PubAck (see :meth:`jssync.publish.Publisher.publish`).
+
+        ``timeout``: how long to wait for the PubAck (default: the context's). The options
+        become headers the stream checks: ``msg_id`` (``Nats-Msg-Id``, deduplication within the
+        stream's duplicate window), ``expected_stream``, ``expected_last_seq``,
+        ``expected_last_subject_seq`` (with ``expected_last_subject_seq_subject`` to check a
+        filter subject instead), ``expected_last_msg_id``, ``ttl`` (whole seconds >= 1, or
+        ``"never"``). A wrong value raises :class:`InvalidOptionError` naming the option,
+        before anything is sent."""
+        return self._pub().publish(
+            subject, payload, headers=headers, timeout=timeout, msg_id=msg_id, expected_stream=expected_stream,
+            expected_last_seq=expected_last_seq, expected_last_subject_seq=expected_last_subject_seq,
+            expected_last_subject_seq_subject=expected_last_subject_seq_subject,
+            expected_last_msg_id=expected_last_msg_id, ttl=ttl,
+        )
 
     def publish_async(
         self,
@@ -529,10 +550,26 @@ class JetStream:
         payload: bytes = b"",
         *,
         headers: HeadersInput | None = None,
-        **options: Any,
+        timeout: float | None = None,
+        msg_id: str | None = None,
+        expected_stream: str | None = None,
+        expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None,
+        expected_last_subject_seq_subject: str | None = None,
+        expected_last_msg_id: str | None = None,
+        ttl: float | str | None = None,
+        auto_msg_id: bool | None = None,
     ) -> PubAckFuture:
-        """Publish without waiting; the future resolves to the PubAck or raises."""
-        return self._pub().publish_async(subject, payload, headers=headers, **options)
+        """Publish without waiting; the future resolves to the PubAck or raises (see
+        :meth:`jssync.publish.Publisher.publish_async`). The options are those of
+        :meth:`publish`; ``timeout`` is the wait for room in a full window, and ``auto_msg_id``
+        gives this publish a unique msg id (default: the context's setting)."""
+        return self._pub().publish_async(
+            subject, payload, headers=headers, timeout=timeout, msg_id=msg_id, expected_stream=expected_stream,
+            expected_last_seq=expected_last_seq, expected_last_subject_seq=expected_last_subject_seq,
+            expected_last_subject_seq_subject=expected_last_subject_seq_subject,
+            expected_last_msg_id=expected_last_msg_id, ttl=ttl, auto_msg_id=auto_msg_id,
+        )
 
     @property
     def publish_async_pending(self) -> int:
@@ -546,27 +583,36 @@ class JetStream:
     # ------------------------------------------------------------------ object store
 
     def create_object_store(
-        self,
-        bucket: str,
-        *,
-        description: str | None = None,
-        ttl: float | None = None,
-        max_bytes: int | None = None,
-        storage: StorageType | str = StorageType.FILE,
-        replicas: int = 1,
-        metadata: dict[str, str] | None = None,
-        compression: bool = False,
-        timeout: float | None = None,
+        self, bucket: str, *, timeout: float | None = None, **fields: Unpack[ObjectStoreFields]
     ) -> ObjectStore:
-        """Create the object store ``bucket`` (the stream ``OBJ_<bucket>``); ``ttl`` in
-        seconds, ``compression`` s2 on the server. Creating it again with the same options
-        succeeds; with different ones it raises :class:`StreamNameInUseError`."""
-        from . import objstore
+        """Create the object store ``bucket`` (the stream ``OBJ_<bucket>``). ``fields``:
+        ``description``, ``ttl`` (seconds), ``max_bytes``, ``storage`` (file), ``replicas`` (1),
+        ``metadata``, ``compression`` (s2 on the server; False), ``placement``. Creating it
+        again with the same options succeeds; with different ones it raises
+        :class:`StreamNameInUseError`."""
+        from .objstore import object_store_bucket
 
-        return objstore.create_object_store(
-            self, bucket, description=description, ttl=ttl, max_bytes=max_bytes, storage=storage,
-            replicas=replicas, metadata=metadata, compression=compression, timeout=timeout,
-        )
+        return object_store_bucket(self, bucket, _CREATE, timeout, fields)
+
+    def update_object_store(
+        self, bucket: str, *, timeout: float | None = None, **fields: Unpack[ObjectStoreFields]
+    ) -> ObjectStore:
+        """Replace the bucket's configuration with the one the ``fields`` of
+        :meth:`create_object_store` make (fields not given take their defaults, not the current
+        values); the objects stay. :class:`BucketNotFoundError`, or the server's typed error
+        for a change it refuses (the storage type, replicas beyond the cluster, unsealing)."""
+        from .objstore import object_store_bucket
+
+        return object_store_bucket(self, bucket, _UPDATE, timeout, fields)
+
+    def create_or_update_object_store(
+        self, bucket: str, *, timeout: float | None = None, **fields: Unpack[ObjectStoreFields]
+    ) -> ObjectStore:
+        """:meth:`update_object_store`, or :meth:`create_object_store` when there is no such
+        bucket."""
+        from .objstore import object_store_bucket
+
+        return object_store_bucket(self, bucket, _UPSERT, timeout, fields)
 
     def object_store(self, bucket: str, *, timeout: float | None = None) -> ObjectStore:
         """An existing object store (:class:`BucketNotFoundError`)."""

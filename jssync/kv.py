@@ -5,18 +5,13 @@ JetStream publishes on ``$KV.<bucket>.<key>`` (compare-and-set through
 ``Nats-Expected-Last-Subject-Sequence``); reads are direct gets when the bucket allows them
 (any replica answers) and ``STREAM.MSG.GET`` otherwise; ``get_many`` is one batched direct get
 (multi_last bounded by ``up_to_seq``: one consistent snapshot). Watchers, ``keys``, ``history``
-and ``purge_deletes`` run an ordered consumer whose deliveries go through the core's
+and ``purge_deletes`` run a watcher (:mod:`jssync.watch`) whose deliveries go through the core's
 :class:`jscore.kv.WatchState`. Every rule (keys, layout, entries, the "caught up" marker) is
 the core's; this module only makes the calls.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import queue
-import random
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
@@ -37,27 +32,18 @@ from jscore.errors import (
     WrongLastSequenceError,
 )
 from jscore.kv import KeyValueEntry, KeyValueOp, KeyValueStatus, WatchOptions
-from jscore.models import DeliverPolicy, StorageType, StreamInfo
-from jscore import pull as P
-from jscore.machine import MachineFailed, Stop
-from jscore.ordered import (
-    OrderedConsumerOptions,
-    OrderedConsumerState,
-    OrderedFinished,
-    OrderedMachine,
-    new_name_prefix,
-)
+from jscore.models import StreamInfo
 
-from .client import shell_of
-from .pull import _StreamEnded
 from .stream import Stream
+from .watch import Watcher
 
 if TYPE_CHECKING:
+    from jscore.kv import KeyValueFields
+
     from .jetstream import JetStream
 
 __all__ = ["KeyValue", "KeyWatcher", "KeyValueEntry", "KeyValueOp", "KeyValueStatus"]
 
-_log = logging.getLogger("jssync")
 _monotonic: Final = time.monotonic
 
 WatchCallback = Callable[[KeyValueEntry | None], Any]
@@ -70,18 +56,12 @@ def _cas_error(exc: WrongLastSequenceError, cls: type[KeyWrongLastSequenceError]
 # =========================================================================== bucket management
 
 
-def create_key_value(js: JetStream, bucket: str, action: str, timeout: float | None, **fields: Any) -> KeyValue:
+def key_value_bucket(
+    js: JetStream, bucket: str, action: str, timeout: float | None, fields: KeyValueFields
+) -> KeyValue:
+    """A bucket created, updated or either (``action``) from the fields of its configuration."""
     cfg = K.bucket_config(bucket, **fields)  # (the core checks and builds the bucket's options)
-    if action == "create":
-        stream = js.create_stream(cfg, timeout=timeout)
-    elif action == "update":
-        try:
-            stream = js.update_stream(cfg, timeout=timeout)
-        except StreamNotFoundError as exc:
-            raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {bucket!r} not found") from exc
-    else:
-        stream = js.create_or_update_stream(cfg, timeout=timeout)
-    return KeyValue(js, bucket, stream.cached_info)
+    return KeyValue(js, bucket, js._bucket_stream(cfg, action, bucket, timeout).cached_info)
 
 
 def bind_key_value(js: JetStream, bucket: str, timeout: float | None) -> KeyValue:
@@ -89,7 +69,7 @@ def bind_key_value(js: JetStream, bucket: str, timeout: float | None) -> KeyValu
     try:
         info = js.stream_info(K.stream_name(bucket), timeout=timeout)
     except StreamNotFoundError as exc:
-        raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {bucket!r} not found") from exc
+        raise BucketNotFoundError.of(exc, bucket) from exc
     return KeyValue(js, bucket, info)
 
 
@@ -98,7 +78,7 @@ def delete_key_value(js: JetStream, bucket: str, timeout: float | None) -> None:
     try:
         js.delete_stream(K.stream_name(bucket), timeout=timeout)
     except StreamNotFoundError as exc:
-        raise BucketNotFoundError(exc.code, exc.err_code, f"bucket {bucket!r} not found") from exc
+        raise BucketNotFoundError.of(exc, bucket) from exc
 
 
 def key_value_names(js: JetStream, timeout: float | None) -> Iterator[str]:
@@ -323,8 +303,6 @@ class KeyValue:
             include_history=include_history, ignore_deletes=ignore_deletes, meta_only=meta_only,
             updates_only=updates_only,
         )
-        if callback is not None and not callable(callback):
-            raise InvalidOptionError("callback must be callable")
         return KeyWatcher(self, list(filters), options, callback)
 
     # ------------------------------------------------------------------ bucket
@@ -347,182 +325,18 @@ class KeyValue:
         return len(markers)
 
 
-class _End:
-    """Queue marker: the watch is over."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException | None) -> None:
-        self.error = error
-
-
-class KeyWatcher:
-    """A running watch: ``for entry in watcher`` (``None`` once when caught up), or
+class KeyWatcher(Watcher[KeyValueEntry]):
+    """A running key-value watch: ``for entry in watcher`` (``None`` once when caught up), or
     ``watcher.next(timeout)``; with a callback, a client thread calls it instead. ``stop()``
-    (or leaving a ``with`` block) ends it; the iteration then ends quietly.
+    (or leaving a ``with`` block) ends it; the iteration then ends quietly. See
+    :class:`jssync.watch.Watcher`."""
 
-    The watch is one :class:`jscore.kv.WatchMachine` on the client's session (an ordered
-    consumer whose deliveries the core turns into entries on the I/O thread); this object
-    only reads the queue its events go to and reports what the application took."""
+    _what = "key-value watch"
 
     def __init__(
         self, kv: KeyValue, filters: list[str], options: WatchOptions, callback: WatchCallback | None = None
     ) -> None:
-        js = kv._js
-        subjects = K.filter_subjects(kv.bucket, filters)
-        oc_options = OrderedConsumerOptions(
-            filter_subjects=tuple(subjects),
-            deliver_policy=DeliverPolicy(options.deliver_policy),
-            headers_only=options.meta_only,
-            report_created=True,
+        super().__init__(
+            kv._js, kv.stream.name, K.filter_subjects(kv.bucket, filters), K.WatchState(kv.bucket, options),
+            callback, kv.bucket,
         )
-        consume = P.resolve_consume_options()
-        self._batch = max(1, min(64, (consume.max_messages - consume.threshold_messages) // 4 or 1))
-        self._taken = self._taken_size = 0
-        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._stopped = False
-        self._ended: _End | None = None
-        self._done = False
-        self._callback = callback
-        self._thread: threading.Thread | None = None
-        self.error: BaseException | None = None
-        self._shell = shell = shell_of(js.client)
-        shell.check_fork()
-        rng = random.Random(os.urandom(16))
-        cursor = OrderedConsumerState(kv.stream.name, oc_options, name_prefix=new_name_prefix(rng))
-        with shell.lock:
-            now = _monotonic()
-            inner = OrderedMachine(
-                cursor, consume, now, api_prefix=js.api_prefix, request_timeout=js.timeout,
-                connected=shell.session.conn.is_connected,
-            )
-            self._machine = K.WatchMachine(inner, K.WatchState(kv.bucket, options), now)
-            self._slot = shell.attach_locked(self._machine, self._on_event, wildcard=True)
-        if callback is not None:
-            self._thread = threading.Thread(target=self._run, name=f"jssync-kv-watch-{kv.bucket}", daemon=True)
-            self._thread.start()
-
-    # -- the sink (under the client lock; only queues) ---------------------------------------
-
-    def _on_event(self, e: Any) -> None:
-        cls = e.__class__
-        if cls is K.KeyValueChanged:
-            self._q.put(e)
-        elif cls is OrderedFinished:
-            self._end_locked(e.error)
-        elif cls is MachineFailed:
-            _log.error("jssync: key-value watch machine failed (%s)", e.reason, exc_info=e.error)
-            self._end_locked(e.error)
-        # (other notifications: resets, heartbeats, reconnects are the machine's business)
-
-    def _end_locked(self, error: BaseException | None) -> None:
-        if not self._done:
-            self._done = True
-            self._q.put(_End(error))
-
-    # -- the reader ------------------------------------------------------------------------
-
-    def _report(self) -> None:
-        if self._taken:
-            count, size = self._taken, self._taken_size
-            self._taken = self._taken_size = 0
-            shell = self._shell
-            if shell.forked:
-                return
-            with shell.lock:
-                if not self._done:
-                    shell.command_locked(self._slot, P.MessagesTaken(count=count, size=size), kick=True)
-
-    def _take(self, deadline: float | None) -> KeyValueEntry | None:
-        if self._ended is not None or self._stopped:
-            raise self._end_error()
-        q = self._q
-        try:
-            item = q.get_nowait()
-        except queue.Empty:
-            self._report()  # (before blocking)
-            try:
-                item = q.get() if deadline is None else q.get(timeout=max(0.0, deadline - _monotonic()))
-            except queue.Empty:
-                raise NoMessagesError("no key-value change within the timeout") from None
-        if item.__class__ is _End:
-            self._ended = item
-            self._report()
-            raise self._end_error()
-        if self._stopped:
-            raise self._end_error()
-        if item.size:
-            self._taken += 1
-            self._taken_size += item.size
-            if self._taken >= self._batch or q.empty():
-                self._report()
-        return item.entry  # type: ignore[no-any-return]
-
-    def _end_error(self) -> BaseException:
-        end = self._ended
-        if end is not None and end.error is not None and not self._stopped:
-            return end.error
-        return _StreamEnded("the watcher was stopped")
-
-    def next(self, timeout: float = 30.0) -> KeyValueEntry | None:
-        """The next entry (``None``: the initial values are all delivered);
-        :class:`NoMessagesError` (a TimeoutError) if nothing came within ``timeout``; after
-        ``stop()`` a :class:`ConnectionClosedError`; a terminal error (the bucket was deleted)
-        as itself."""
-        return self._take(_monotonic() + timeout)
-
-    def __iter__(self) -> Iterator[KeyValueEntry | None]:
-        while True:
-            try:
-                yield self._take(None)
-            except _StreamEnded:
-                return
-
-    def _run(self) -> None:
-        cb = self._callback
-        assert cb is not None
-        try:
-            for entry in self:
-                try:
-                    cb(entry)
-                except Exception:  # noqa: BLE001
-                    _log.exception("jssync: key-value watch callback raised")
-        except BaseException as exc:  # noqa: BLE001  (a terminal error of the watch)
-            self.error = exc
-            _log.error("jssync: key-value watch ended: %r", exc)
-
-    def stop(self) -> None:
-        """End the watch (any thread); the server consumer is deleted."""
-        self._stopped = True
-        shell = self._shell
-        if shell.forked:
-            return
-        with shell.lock:
-            if not self._done:
-                shell.command_locked(self._slot, Stop())
-            self._end_locked(None)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """With a callback: wait until its thread is over (after ``stop()``); True if it is."""
-        t = self._thread
-        if t is None:
-            return True
-        t.join(timeout)
-        return not t.is_alive()
-
-    @property
-    def initialized(self) -> bool:
-        """True once the initial values are all delivered (to the queue)."""
-        return self._machine.state.initialized
-
-    @property
-    def closed(self) -> bool:
-        return self._done
-
-    def __enter__(self) -> KeyWatcher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(5.0)

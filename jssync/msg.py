@@ -97,6 +97,7 @@ class Msg:
 # Set on a consume's dispatcher thread: acks sent from its handler are written in batches
 # when the dispatcher reports what it took (never left behind: it flushes before it waits).
 _ack_defer = threading.local()
+_new_object = object.__new__
 
 _ACK_NONE: int = _jsmsg.ACK_NONE
 _ACK_PROGRESS: int = _jsmsg.ACK_IN_PROGRESS
@@ -121,8 +122,17 @@ class JsMsg(Msg):
 
     @classmethod
     def _from_event(cls, m: MsgReceived, client: Client | None) -> JsMsg:
-        msg = super()._from_event(m, client)
-        assert isinstance(msg, JsMsg)
+        # (Msg._from_event written out: one call less per delivered message)
+        msg = _new_object(cls)
+        msg.subject = m.subject
+        msg.reply = m.reply
+        msg.data = m.data
+        msg.headers = m.headers
+        msg.status = m.status
+        msg.description = m.description
+        msg.sid = m.sid
+        msg.size = m.size
+        msg._client = client
         msg._ack_state = _ACK_NONE
         msg._meta = None
         msg._source = None

@@ -12,13 +12,12 @@ the object's size; a get holds the ordered consumer's small buffer of chunks (ab
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import random
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
@@ -26,7 +25,6 @@ import msgspec
 
 from jscore import objstore as O
 from jscore.errors import (
-    BadObjectMetaError,
     BucketNotFoundError,
     BucketSealedError,
     DigestMismatchError,
@@ -41,11 +39,13 @@ from jscore.errors import (
     TimeoutError,
 )
 from jscore.headers import Headers
-from jscore.models import DeliverPolicy, StorageType, StoredMsg, StreamInfo
+from jscore.models import DeliverPolicy, StoredMsg, StreamInfo
 from jscore.objstore import ObjectInfo, ObjectLink, ObjectStoreStatus
+from jscore.watch import WatchOptions
 
 from .ordered import OrderedMessageStream
 from .stream import Stream
+from .watch import Watcher
 
 if TYPE_CHECKING:
     from .jetstream import JetStream
@@ -54,8 +54,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ObjectStore", "ObjectResult", "ObjectWatcher", "ObjectInfo", "ObjectLink", "ObjectStoreStatus"]
 
-_log = logging.getLogger("jssync")
 _UNSET: Final[Any] = object()
+ObjectWatchCallback = Callable[[ObjectInfo | None], Any]
 _rng_lock = threading.Lock()
 _rng = random.Random(os.urandom(16))
 
@@ -80,24 +80,12 @@ def _headers_doc(headers: Any) -> dict[str, list[str]] | None:
 # =========================================================================== bucket management
 
 
-def create_object_store(
-    js: JetStream,
-    bucket: str,
-    *,
-    description: str | None = None,
-    ttl: float | None = None,
-    max_bytes: int | None = None,
-    storage: StorageType | str = StorageType.FILE,
-    replicas: int = 1,
-    metadata: dict[str, str] | None = None,
-    compression: bool = False,
-    timeout: float | None = None,
+def object_store_bucket(
+    js: JetStream, bucket: str, action: str, timeout: float | None, fields: O.ObjectStoreFields
 ) -> ObjectStore:
-    cfg = O.bucket_config(
-        bucket, description=description, ttl=ttl, max_bytes=max_bytes, storage=storage,
-        replicas=replicas, metadata=metadata, compression=compression,
-    )
-    return ObjectStore(js, bucket, js.create_stream(cfg, timeout=timeout))
+    """A bucket created, updated or either (``action``) from the fields of its configuration."""
+    cfg = O.bucket_config(bucket, **fields)
+    return ObjectStore(js, bucket, js._bucket_stream(cfg, action, bucket, timeout))
 
 
 def object_store(js: JetStream, bucket: str, *, timeout: float | None = None) -> ObjectStore:
@@ -105,7 +93,7 @@ def object_store(js: JetStream, bucket: str, *, timeout: float | None = None) ->
     try:
         stream = js.stream(O.stream_name(bucket), timeout=timeout)
     except StreamNotFoundError as exc:
-        raise BucketNotFoundError(f"object store {bucket!r} does not exist") from exc
+        raise BucketNotFoundError.of(exc, bucket) from exc
     return ObjectStore(js, bucket, stream)
 
 
@@ -114,7 +102,7 @@ def delete_object_store(js: JetStream, bucket: str, *, timeout: float | None = N
     try:
         js.delete_stream(O.stream_name(bucket), timeout=timeout)
     except StreamNotFoundError as exc:
-        raise BucketNotFoundError(f"object store {bucket!r} does not exist") from exc
+        raise BucketNotFoundError.of(exc, bucket) from exc
 
 
 def object_store_names(js: JetStream, *, timeout: float | None = None) -> Iterator[str]:
@@ -171,7 +159,7 @@ class ObjectStore:
             except DirectGetNoRespondersError:
                 return self._stream.get_msg(last_by_subject=subject, direct=False, timeout=timeout)
         except StreamNotFoundError as exc:
-            raise BucketNotFoundError(f"object store {self._bucket!r} does not exist") from exc
+            raise BucketNotFoundError.of(exc, self._bucket) from exc
 
     def _info(self, name: str, *, show_deleted: bool, timeout: float | None) -> ObjectInfo:
         O.check_object_name(name)
@@ -412,7 +400,7 @@ class ObjectStore:
         try:
             info = self._stream.info(timeout=timeout)
         except StreamNotFoundError as exc:
-            raise BucketNotFoundError(f"object store {self._bucket!r} does not exist") from exc
+            raise BucketNotFoundError.of(exc, self._bucket) from exc
         cfg = msgspec.structs.replace(info.config, sealed=True)
         self._stream = self._js.update_stream(cfg, timeout=timeout)
 
@@ -421,7 +409,7 @@ class ObjectStore:
         try:
             info: StreamInfo = self._stream.info(timeout=timeout)
         except StreamNotFoundError as exc:
-            raise BucketNotFoundError(f"object store {self._bucket!r} does not exist") from exc
+            raise BucketNotFoundError.of(exc, self._bucket) from exc
         return ObjectStoreStatus.from_stream_info(self._bucket, info)
 
     # ------------------------------------------------------------------ list and watch
@@ -432,11 +420,20 @@ class ObjectStore:
         include_history: bool = False,
         ignore_deletes: bool = False,
         updates_only: bool = False,
+        callback: ObjectWatchCallback | None = None,
         timeout: float | None = None,
     ) -> ObjectWatcher:
-        """Watch the bucket's metadata: yields an :class:`ObjectInfo` per change, and ``None``
-        once when the current objects are all delivered (never with ``updates_only``)."""
-        return ObjectWatcher(self, include_history, ignore_deletes, updates_only, self._timeout(timeout))
+        """Watch the bucket's metadata: an :class:`ObjectInfo` per change (the latest of each
+        object first; every stored one with ``include_history``; none with ``updates_only``),
+        ``None`` once when the current objects are all delivered (at once for an empty bucket;
+        never with ``updates_only``), then every later change in order, across reconnects.
+        ``ignore_deletes`` leaves deleted markers out. With ``callback`` it runs on a client
+        thread (``watcher.stop()`` ends it); without, iterate over the watcher or call
+        ``watcher.next(timeout)``. ``timeout`` bounds each request that makes the consumer."""
+        options = WatchOptions(
+            include_history=include_history, ignore_deletes=ignore_deletes, updates_only=updates_only
+        )
+        return ObjectWatcher(self, options, callback, self._timeout(timeout))
 
     def list(self, *, show_deleted: bool = False, timeout: float | None = None) -> list[ObjectInfo]:
         """Every object of the bucket (``[]`` when empty), deleted ones with ``show_deleted``."""
@@ -608,79 +605,18 @@ class ObjectResult:
 # =========================================================================== watching
 
 
-class ObjectWatcher:
+class ObjectWatcher(Watcher[ObjectInfo]):
     """Changes of a bucket's metadata, through an ordered consumer on ``$O.<bucket>.M.>``:
     ``for info in watcher`` (``None`` once when the initial objects are delivered),
-    ``next(timeout)``, ``stop()``, a context manager."""
+    ``next(timeout)``, ``stop()``, a context manager; with a callback, a client thread calls
+    it instead (``wait()`` after ``stop()``). See :class:`jssync.watch.Watcher`."""
 
-    def __init__(self, store: ObjectStore, include_history: bool, ignore_deletes: bool,
-                 updates_only: bool, timeout: float) -> None:
-        self._ignore_deletes = ignore_deletes
-        self._marker_pending = not updates_only
-        self._stopped = False
-        self._marker_next = False
-        empty = False
-        if not updates_only:
-            try:
-                store._last_msg(O.all_meta_subject(store.bucket), timeout)
-            except MsgNotFoundError:
-                empty = True
-        self._initial_empty = empty
-        if updates_only:
-            policy = DeliverPolicy.NEW
-        elif include_history:
-            policy = DeliverPolicy.ALL
-        else:
-            policy = DeliverPolicy.LAST_PER_SUBJECT
-        oc = store._js.ordered_consumer(
-            store.stream_name, filter_subjects=O.all_meta_subject(store.bucket), deliver_policy=policy
+    _what = "object-store watch"
+
+    def __init__(
+        self, store: ObjectStore, options: WatchOptions, callback: ObjectWatchCallback | None, timeout: float
+    ) -> None:
+        super().__init__(
+            store._js, store.stream_name, [O.all_meta_subject(store.bucket)], O.ObjectWatchState(options),
+            callback, store.bucket, request_timeout=timeout,
         )
-        self._msgs = oc.messages(max_messages=256)
-
-    def next(self, timeout: float = 30.0) -> ObjectInfo | None:
-        """The next change, or ``None`` (once) at the end of the initial objects;
-        :class:`TimeoutError` (a :class:`NoMessagesError`) if nothing came in ``timeout``."""
-        if self._marker_next or (self._marker_pending and self._initial_empty):
-            self._marker_next = self._marker_pending = False
-            return None
-        while True:
-            msg = self._msgs.next(timeout)
-            try:
-                info = O.decode_info(msg.data, msg.metadata.timestamp)
-            except BadObjectMetaError:
-                # Not an object description (as nats.go, skip it), but never lose the marker.
-                _log.warning("jssync: skipped invalid object metadata on %s", msg.subject)
-                if self._marker_pending and msg.metadata.num_pending == 0:
-                    self._marker_pending = False
-                    return None
-                continue
-            if self._marker_pending and msg.metadata.num_pending == 0:
-                self._marker_pending = False
-                self._marker_next = True
-            if self._ignore_deletes and info.deleted:
-                if self._marker_next:
-                    self._marker_next = False
-                    return None
-                continue
-            return info
-
-    def __iter__(self) -> Iterator[ObjectInfo | None]:
-        while not self._stopped:
-            try:
-                yield self.next(3600.0)
-            except NoMessagesError:
-                continue
-            except Exception:
-                if self._stopped:
-                    return
-                raise
-
-    def stop(self) -> None:
-        self._stopped = True
-        self._msgs.stop()
-
-    def __enter__(self) -> ObjectWatcher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

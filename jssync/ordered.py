@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from jscore import pull as P
+from jscore.validate import check_poll_timeout
 from jscore.errors import InvalidOptionError, NoMessagesError, TimeoutError
 from jscore.machine import MachineFailed, Stop
 from jscore.models import DeliverPolicy
@@ -339,7 +340,9 @@ class OrderedMessageStream:
 
     def next(self, timeout: float = 30.0) -> JsMsg:
         """The next message in order: :class:`NoMessagesError` (a TimeoutError) if none came
-        within ``timeout``; the terminal error (e.g. ``StreamNotFoundError``) once it failed."""
+        within ``timeout``; the terminal error (e.g. ``StreamNotFoundError``) once it failed.
+        ``timeout=0`` polls; it must be a finite number >= 0 (not None)."""
+        timeout = check_poll_timeout(timeout)
         return self._next(_monotonic() + timeout, timeout)
 
     def _next(self, deadline: float | None, timeout: float | None) -> JsMsg:

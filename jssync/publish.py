@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from jscore.errors import (
     ConnectionClosedError,
-    InvalidOptionError,
     PubAckTimeoutError,
     TimeoutError,
     TooManyStalledMsgsError,
@@ -63,7 +62,7 @@ from jscore.publish import (
     check_msg_id,
     publish_headers,
 )
-from jscore.validate import check_timeout
+from jscore.validate import check_optional_flag, check_timeout
 
 from .client import shell_of
 
@@ -259,8 +258,7 @@ class Publisher:
         ``auto_msg_id`` (False): give every async publish a unique msg id, so all of them are
         re-sent after a reconnect or a missed ack deadline.
         """
-        if auto_msg_id is not None and not isinstance(auto_msg_id, bool):
-            raise InvalidOptionError("auto_msg_id must be a bool")
+        check_optional_flag(auto_msg_id, "auto_msg_id")
         with self._lock:
             self._window.configure(
                 max_pending=max_pending, ack_timeout=ack_timeout, retry_attempts=retry_attempts, retry_wait=retry_wait
@@ -409,7 +407,11 @@ class Publisher:
         is sent; so do :class:`MaxPayloadError`, :class:`ReconnectBufferExceededError` and
         :class:`ConnectionClosedError` (no future is returned then).
         """
-        auto = self.auto_msg_id if auto_msg_id is None else auto_msg_id
+        # Every option is checked before anything is sent, also those only used later
+        # (``timeout`` when the window is full).
+        auto = self.auto_msg_id if auto_msg_id is None else check_optional_flag(auto_msg_id, "auto_msg_id")
+        if timeout is not None:
+            check_timeout(timeout)
         plain = (
             headers is None
             and expected_stream is None

@@ -29,6 +29,7 @@ import msgspec
 
 from jscore import events as ev
 from jscore import pull as P
+from jscore.validate import check_poll_timeout
 from jscore.errors import (
     ConnectionClosedError,
     ConsumerNotFoundError,
@@ -53,6 +54,7 @@ __all__ = ["ConsumeContext", "FetchResult", "MessageStream", "ConsumerReconnecte
 
 _log = logging.getLogger("jssync")
 _monotonic: Final = time.monotonic
+_INF: Final = float("inf")
 
 # How long past its own client timer a caller waits for the machine to say it finished
 # before giving up (the I/O thread fires that timer; this only guards against a dead one).
@@ -152,10 +154,13 @@ class FetchResult:
         q = self._driver._q
         while not self._ended:
             try:
-                item = q.get(timeout=max(0.0, self._deadline - _monotonic()))
+                item = q.get_nowait()  # (the common case: the batch arrived ahead of the reader)
             except queue.Empty:
-                self._end(TimeoutError("the fetch did not finish by its deadline"), "deadline")
-                return
+                try:
+                    item = q.get(timeout=max(0.0, self._deadline - _monotonic()))
+                except queue.Empty:
+                    self._end(TimeoutError("the fetch did not finish by its deadline"), "deadline")
+                    return
             if item.__class__ is JsMsg:
                 self._msgs.append(item)
                 yield item
@@ -248,7 +253,8 @@ class _ConsumeDriver(_Driver):
     def _on_notification(self, e: Any) -> None:
         cls = e.__class__
         if cls is P.ConsumerCheckRequested:
-            # K 503s in a row: does the consumer still exist? (asked off the I/O thread)
+            # K 503s in a row, or a heartbeat late by one interval: does the consumer still
+            # exist? (asked off the I/O thread; the machine decides what the answer means)
             if not self._checking:
                 self._checking = True
                 threading.Thread(target=self._verify, args=(e.error,), name="jssync-consume-check",
@@ -258,19 +264,23 @@ class _ConsumeDriver(_Driver):
 
     def _verify(self, cause: BaseException) -> None:
         """Off the I/O thread: does the consumer still exist? (ADR-37 allows the check.)"""
-        gone: NatsError | None = None
+        answer: P.ConsumerGone | P.ConsumerPresent | None = None
         try:
             self._consumer.info(timeout=2.0)
+            answer = P.ConsumerPresent()
         except (ConsumerNotFoundError, StreamNotFoundError) as exc:
-            gone = exc
-            gone.__cause__ = cause
-        except NatsError:
-            pass  # JetStream unreachable or electing: keep retrying
-        shell = self._shell
-        with shell.lock:
-            self._checking = False
-            if gone is not None:
-                self._command(P.ConsumerGone(error=gone))
+            exc.__cause__ = cause
+            answer = P.ConsumerGone(error=exc)
+        except (NatsError, TimeoutError):
+            pass  # JetStream unreachable or electing: the machine keeps retrying / watching
+        finally:
+            # Whatever the check ended with (even an unexpected error on this thread), the
+            # next late heartbeat or run of 503s may ask again.
+            shell = self._shell
+            with shell.lock:
+                self._checking = False
+                if answer is not None:
+                    self._command(answer)
 
     def took(self, count: int, size: int) -> None:
         """A reader took ``count`` messages of ``size`` bytes from the queue (any thread);
@@ -324,7 +334,9 @@ def _consume_options(consumer: Consumer, **options: Any) -> P.ConsumeOptions:
     options["expires"] = P.consume_expires(config, consumer.name, options.get("expires"))
     # After K 503s in a row the machine asks us to check the consumer (_ConsumeDriver._verify)
     # instead of ending: a cluster without quorum or electing a leader is not a lost consumer.
-    return P.resolve_consume_options(no_responders_check=True, **options)
+    # A heartbeat late by one interval is checked the same way (a leader change the server
+    # did not announce to our pulls is recovered in one heartbeat, not two).
+    return P.resolve_consume_options(no_responders_check=True, heartbeat_check=True, **options)
 
 
 class _Taker:
@@ -567,7 +579,10 @@ class MessageStream:
 
     def next(self, timeout: float = 30.0) -> JsMsg:
         """The next message; :class:`NoMessagesError` (a TimeoutError) if none came within
-        ``timeout``; :class:`ConnectionClosedError` or the terminal error once it ended."""
+        ``timeout``; :class:`ConnectionClosedError` or the terminal error once it ended.
+        ``timeout=0`` polls; it must be a finite number >= 0 (not None)."""
+        if timeout.__class__ is not float or not 0.0 <= timeout < _INF:  # (the common case first)
+            timeout = check_poll_timeout(timeout)
         if self._ended is not None or self._stopped:
             raise self._end_error()
         q = self._driver._q

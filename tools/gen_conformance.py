@@ -335,7 +335,13 @@ def render() -> str:
         "memory stays flat with a slow handler (ADR-37 subtracts on \"processed\"; the effect is the same).",
         "- The heartbeat watchdog (2 x idle_heartbeat, reset by any message) runs only while a pull is "
         "outstanding and the connection is up; on expiry it reports `HeartbeatMissed` (not terminal), "
-        "resets pending and pulls again. A reconnect resets pending and pulls at once.",
+        "resets pending and pulls again. A reconnect resets pending and pulls at once. With "
+        "`heartbeat_check` (what jssync's consume uses), a heartbeat late by one interval (idle_heartbeat "
+        "+ a quarter of it, at most + 1 s) emits `ConsumerCheckRequested` first: the transport answers "
+        "`ConsumerPresent` (still nothing since: pending reset and a new pull at once, the watchdog still "
+        "counting from the last message; e.g. a consumer leader that moved without a 409 Leadership "
+        "Change reaching the pulls), `ConsumerGone` (the consume ends) or "
+        "nothing (the watchdog stays in charge).",
         "- Recovery (ADR-37): a consume ends only on `409 Consumer Deleted`, `409 Consumer is push "
         "based`, `400 Bad Request` (the same pull would be refused again; ADR-37 lists it with the "
         "errors and nats.go ends there too), a closed connection or the 503 rule below. Every other "
@@ -358,8 +364,11 @@ def render() -> str:
         "an election), the consume keeps retrying.",
         f"- Fetch: heartbeat {pull.FETCH_DEFAULT_HEARTBEAT:g} s by default only when expires >= "
         f"{pull.FETCH_HEARTBEAT_FROM:g} s; the client timer is expires + max(0.25 s, 10%) (at most +5 s), "
-        f"always longer than the server's expiry; a no_wait fetch without expires waits "
-        f"{pull.NO_WAIT_TIMEOUT:g} s. Messages arriving after a fetch ended are not delivered.",
+        f"always longer than the server's expiry, so when it fires the server did not end the pull: the "
+        f"fetch ends with `FetchTimeoutError` (messages kept); a no_wait fetch without expires ends with "
+        f"it after {pull.NO_WAIT_SILENCE:g} s without any answer ({pull.NO_WAIT_TIMEOUT:g} s at most in "
+        f"all); a lost connection ends a fetch with `ConnectionLostError`. Messages arriving after a "
+        f"fetch ended are not delivered.",
         "",
     ]
     lines += render_direct()

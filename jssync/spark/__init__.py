@@ -1,6 +1,6 @@
 """PySpark integration: exactly-once writers and the ``jetstream`` data source.
 
-Needs the ``spark`` extra (``pip install 'jssync[spark]'``: pyspark >= 4.0 and pyarrow). The
+Needs the ``spark`` extra (``pip install -e '.[spark]'`` in the jssync checkout: pyspark >= 4.0 and pyarrow). The
 package itself imports without them, so configs can be built and checked anywhere; every Spark
 entry point raises an :class:`ImportError` saying what to install when they are missing.
 
@@ -31,12 +31,14 @@ from jscore.errors import InvalidOptionError
 from . import _cache
 from ._cache import discard_client, get_client
 from ._config import NatsConfig, WriteOptions
+from ._values import JsonPlan, RowPayloads, payload_rows
 from ._writer import (
     DuplicateWindowWarning,
     PartitionWriter,
     ShortDuplicateWindowError,
     WriteResult,
     check_duplicate_window,
+    check_targets,
     check_write_id,
     ensure_checked,
     make_write_id,
@@ -63,13 +65,14 @@ __all__ = [
     "write_rows",
     "write_partition",
     "check_duplicate_window",
+    "check_targets",
     "get_client",
     "discard_client",
     "require_spark",
     "INSTALL_HINT",
 ]
 
-INSTALL_HINT = "pip install 'jssync[spark]'"
+INSTALL_HINT = "pip install -e '.[spark]' (in the jssync checkout)"
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 """The Spark local property holding a streaming query's id (stable across restarts from the
@@ -144,6 +147,8 @@ _WRITE_KEYS = frozenset(
         "max_pending",
         "ack_timeout",
         "retries",
+        "check_subjects",
+        "value_format",
     }
 )
 
@@ -234,6 +239,10 @@ def publish_partition(
     ``tls_key_file``, ``connect_timeout``, ``name``: see :class:`NatsConfig`) and the writer's (``msg_id_column``,
     ``dedupe_mode``, ``stream``, ``min_duplicate_window``, ``fail_on_short_window``,
     ``max_pending``, ``ack_timeout``, ``retries``): see :class:`WriteOptions`.
+
+    ``value_format="json"`` serialises each row instead of taking a data column: its ``value``
+    field when that is a struct, else every field but the subject and headers ones (as the data
+    source's ``valueFormat=json``); ``value_format="string"`` writes the data column as text.
     """
     require_spark()
     config, wo = make_configs(servers, subject, options)
@@ -250,7 +259,7 @@ def publish_partition(
         if ctx is None:
             raise InvalidOptionError("partition_id: not running in a Spark task (no TaskContext); pass partition_id")
         partition_id = int(ctx.partitionId())
-    return write_rows(rows, config, wo, write_id=run_id, partition_id=partition_id)
+    return write_rows(payload_rows(rows, wo), config, wo, write_id=run_id, partition_id=partition_id)
 
 
 # --------------------------------------------------------------------------- writeStream.foreach
@@ -260,8 +269,12 @@ class JetStreamForeachWriter:
     """A ``writeStream.foreach`` writer: ``df.writeStream.foreach(JetStreamForeachWriter(
     servers=url, subject="orders.new")).start()``.
 
-    Nothing connects in the constructor (it runs on the driver and the object is pickled to the
-    executors): ``open(partition_id, epoch_id)`` takes the process's cached connection,
+    The constructor runs on the driver: it checks the target there (:func:`check_targets`: a
+    stream captures the subject, the subject-mode stream settings, the duplicate window, whose
+    :class:`DuplicateWindowWarning` is given here and not again by the executors) on a short-lived
+    cached connection, unless ``driver_check=False`` (then each executor process checks once).
+    Only the settings are pickled to the executors: ``open(partition_id, epoch_id)`` takes the
+    process's cached connection,
     ``process(row)`` publishes asynchronously, ``close(error)`` waits for every ack (re-sending
     transient failures) and raises if one failed, so the epoch's task fails and Spark retries it.
     A failed ``process`` or ``close`` closes and drops the cached client.
@@ -269,7 +282,8 @@ class JetStreamForeachWriter:
     Msg ids are ``<write id>-<epoch>-<partition>-<row index>``: the write id is ``run_id`` when
     given, else the streaming query's id (the same after a restart from the checkpoint), so a
     re-run epoch publishes the same ids. Give ``msg_id_column`` when the source does not replay an
-    epoch's rows in the same partitions and order.
+    epoch's rows in the same partitions and order. ``value_format`` as for
+    :func:`publish_partition`.
     """
 
     def __init__(
@@ -278,21 +292,26 @@ class JetStreamForeachWriter:
         subject: str | None = None,
         *,
         run_id: str | None = None,
+        driver_check: bool = True,
         **options: Any,
     ) -> None:
         require_spark()
         self.config, self.options = make_configs(servers, subject, options)
         if run_id is not None:
             check_write_id(run_id, "run_id")
+        if driver_check:
+            with _cache.lease(self.config) as client:
+                self.options = check_targets(client, self.options, stacklevel=3)
         self.run_id = run_id
         self._writer: PartitionWriter | None = None
         self._client: Client | None = None
+        self._payloads: RowPayloads | None = None
         self.last_result: WriteResult | None = None
 
     def __repr__(self) -> str:
         return f"JetStreamForeachWriter({self.config!r}, {self.options!r}, run_id={self.run_id!r})"
 
-    _RUNTIME = ("_writer", "_client", "last_result")
+    _RUNTIME = ("_writer", "_client", "last_result", "_payloads")
 
     def __getstate__(self) -> dict[str, Any]:
         # Only the settings travel (subclasses' attributes too): never a connection or a
@@ -303,6 +322,7 @@ class JetStreamForeachWriter:
         self.__dict__.update(state)
         self._writer = None
         self._client = None
+        self._payloads = None
         self.last_result = None
 
     def _write_id(self) -> str | None:
@@ -329,6 +349,7 @@ class JetStreamForeachWriter:
             ensure_checked(config, client, self.options)
             prefix = None if wid is None else f"{wid}-{int(epoch_id)}-{int(partition_id)}-"
             self._writer = PartitionWriter(client, self.options, write_id=wid, partition_id=int(partition_id), id_prefix=prefix)
+            self._payloads = None if self.options.value_format == "binary" else RowPayloads(self.options)
         except BaseException:
             self._fail()
             raise
@@ -339,7 +360,8 @@ class JetStreamForeachWriter:
         if writer is None:
             raise RuntimeError("JetStreamForeachWriter.process called before open")
         try:
-            writer.add(row)
+            payloads = self._payloads
+            writer.add(row if payloads is None else payloads(row))
         except BaseException:
             self._fail()
             raise
@@ -400,8 +422,11 @@ def write_batch(
     restart from the checkpoint; ``query_id`` overrides it, and is required outside a streaming
     query), so a batch re-run after a failure or a restart publishes the same msg ids and the
     stream keeps one copy. Runs on the driver: checks the stream's duplicate window (a
-    :class:`DuplicateWindowWarning` here, on the driver), then publishes the partitions in
+    :class:`DuplicateWindowWarning` here, on the driver) and that a stream captures the subject,
+    then publishes the partitions in
     parallel on the executors (``batch_df.rdd.mapPartitions``) and sums their counts.
+    ``value_format`` as for :func:`publish_partition` (the columns to serialise are fixed here,
+    from the DataFrame's schema, as the data source fixes them).
     """
     require_spark()
     config, wo = make_configs(servers, subject, options)
@@ -420,57 +445,43 @@ def write_batch(
             "query_id: write_batch is not running inside a streaming query (no query id); pass "
             "query_id (stable across re-runs of the batch) or msg_id_column"
         )
-    selected = _select_columns(batch_df, wo)
-    # The window check on the driver, where a warning is seen (executors skip it then).
+    selected, plan = _select_columns(batch_df, wo)
+    # The checks on the driver, where a warning is seen (the executors skip them: checked=True).
     with _cache.lease(config) as client:
-        check_duplicate_window(client, wo, stacklevel=3)
-    wo_exec = WriteOptions(**{**_fields(wo), "min_duplicate_window": 0.0}) if wo.dedupe_mode == "msgid" else wo
-    counts = selected.rdd.mapPartitions(_partition_writer(config, wo_exec, write_id)).collect()
+        wo_exec = check_targets(client, wo, stacklevel=3)
+    counts = selected.rdd.mapPartitions(_partition_writer(config, wo_exec, write_id, plan)).collect()
     total = 0
     for written, _duplicates, _resent in counts:
         total += int(written)
     return total
 
 
-def _select_columns(df: Any, wo: WriteOptions) -> Any:
-    """Only the columns the writer reads (less to convert), checked on the driver."""
-    from pyspark.sql import types as T
+def _select_columns(df: Any, wo: WriteOptions) -> tuple[Any, JsonPlan | None]:
+    """Only the columns the writer reads (less to convert), checked on the driver as the data
+    source checks them; with ``value_format="json"`` also what each payload serialises."""
+    from .datasource import plan_write_columns
 
-    schema = df.schema
-    names = set(schema.fieldNames())
-    if wo.data_column not in names:
-        raise InvalidOptionError(f"dataColumn: the DataFrame has no column {wo.data_column!r} (columns: {sorted(names)})")
-    dtype = schema[wo.data_column].dataType
-    if not isinstance(dtype, (T.BinaryType, T.StringType)):
-        raise InvalidOptionError(
-            f"dataColumn: column {wo.data_column!r} is {dtype.simpleString()}; it must be binary or string "
-            f"(e.g. to_json(struct(*)) or .cast('binary'))"
-        )
-    cols = [wo.data_column]
+    plan = plan_write_columns(df.schema, wo)
+    names = set(df.schema.fieldNames())
+    cols = list(plan.columns) if plan is not None else [wo.data_column]
     if wo.subject is None:
-        if wo.subject_column not in names:
-            raise InvalidOptionError(
-                f"subject: no subject given and the DataFrame has no column {wo.subject_column!r} (columns: {sorted(names)})"
-            )
         cols.append(wo.subject_column)
     if wo.headers_column in names:
         cols.append(wo.headers_column)
     if wo.msg_id_column is not None:
-        if wo.msg_id_column not in names:
-            raise InvalidOptionError(f"msgIdColumn: the DataFrame has no column {wo.msg_id_column!r} (columns: {sorted(names)})")
         cols.append(wo.msg_id_column)
     seen: list[str] = []
     for c in cols:
         if c not in seen:
             seen.append(c)
-    return df.select(*seen)
+    return df.select(*seen), plan
 
 
-def _partition_writer(config: NatsConfig, wo: WriteOptions, write_id: str | None) -> Any:
+def _partition_writer(config: NatsConfig, wo: WriteOptions, write_id: str | None, plan: JsonPlan | None = None) -> Any:
     def run(rows: Iterable[Any]) -> Iterable[tuple[int, int, int]]:
         ctx = _task_context()
         partition_id = int(ctx.partitionId()) if ctx is not None else 0
-        result = write_partition(rows, config, wo, write_id=write_id, partition_id=partition_id)
+        result = write_partition(payload_rows(rows, wo, plan), config, wo, write_id=write_id, partition_id=partition_id)
         yield (result.written, result.duplicates, result.resent)
 
     return run

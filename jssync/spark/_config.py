@@ -281,6 +281,10 @@ class WriteOptions:
     max_pending: int = 4000
     ack_timeout: float = 30.0
     retries: int = 5
+    value_format: Literal["binary", "string", "json"] = "binary"
+    check_subjects: bool = True
+    checked: bool = False
+    captures: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.dedupe_mode not in ("msgid", "subject"):
@@ -308,13 +312,20 @@ class WriteOptions:
             raise InvalidOptionError(f"maxPending: must be an integer >= 1, got {self.max_pending!r}")
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
             raise InvalidOptionError(f"retries: must be an integer >= 0, got {self.retries!r}")
+        if self.value_format not in ("binary", "string", "json"):
+            raise InvalidOptionError(f"valueFormat: expected 'binary', 'string' or 'json', got {self.value_format!r}")
+        for f in ("check_subjects", "checked"):
+            if not isinstance(getattr(self, f), bool):
+                raise InvalidOptionError(f"{f}: expected a bool, got {getattr(self, f)!r}")
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> WriteOptions:
         """Parse string options: ``subject``, ``subjectColumn``, ``dataColumn``,
         ``headersColumn``, ``msgIdColumn``, ``dedupeMode`` (msgid | subject), ``stream``,
         ``minDuplicateWindow`` (seconds), ``failOnShortWindow`` (true/false), ``maxPending``,
-        ``ackTimeout`` (seconds), ``retries``. Unknown options are ignored."""
+        ``ackTimeout`` (seconds), ``retries``, ``valueFormat`` (binary | string | json),
+        ``checkSubjects`` (true/false). Unknown options are ignored (the data source refuses
+        them before, see :mod:`jssync.spark._options`)."""
         opts = option_lookup(options)
         mode = (_text(opts, "dedupeMode") or "msgid").lower()
         if mode not in ("msgid", "subject"):
@@ -333,4 +344,18 @@ class WriteOptions:
             max_pending=_int(opts, "maxPending", 4000, minimum=1),
             ack_timeout=_float(opts, "ackTimeout", 30.0),
             retries=_int(opts, "retries", 5, minimum=0),
+            value_format=_value_format(opts),
+            check_subjects=_bool(opts, "checkSubjects", True),
         )
+
+
+def _value_format(opts: Mapping[str, str]) -> Literal["binary", "string", "json"]:
+    raw = _text(opts, "valueFormat")
+    low = (raw or "binary").lower()
+    if low == "json":
+        return "json"
+    if low == "string":
+        return "string"
+    if low == "binary":
+        return "binary"
+    raise InvalidOptionError(f"valueFormat: expected 'binary', 'string' or 'json', got {raw!r}")

@@ -24,6 +24,7 @@ written": exactly once with no time window.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import secrets
@@ -37,8 +38,10 @@ from jscore.errors import (
     InvalidOptionError,
     MaxPayloadError,
     NatsError,
+    NoStreamResponseError,
     StreamNotFoundError,
 )
+from jscore.jsapi import subject_matches
 from jscore.headers import encode_headers
 from jscore.protocol import MSG_ID_BLOCK_FMT, check_publish_subject, encode_hpub, msg_id_frame_encoder
 from jscore.publish import check_msg_id, publish_headers
@@ -60,6 +63,8 @@ __all__ = [
     "write_rows",
     "write_partition",
     "check_duplicate_window",
+    "check_targets",
+    "check_captured",
 ]
 
 _log = logging.getLogger("jssync.spark")
@@ -304,13 +309,108 @@ def check_duplicate_window(client: Client, options: WriteOptions, *, stacklevel:
     return window
 
 
+def check_targets(client: Client, options: WriteOptions, *, columns: bool = False, stacklevel: int = 2) -> WriteOptions:
+    """Everything a write can check before it publishes, on the driver: that a stream captures
+    the target subject(s) (``checkSubjects``), the stream's settings for ``dedupeMode=subject``
+    and its duplicate window (:func:`check_duplicate_window`). Returns the options marked
+    ``checked`` (the executors then skip the checks, so a warning is given once, here) and,
+    with ``columns`` and no fixed subject, with ``captures``: the subject filters of the
+    stream(s) a subject column's values must match (checked by the tasks before they publish).
+
+    A subject no stream captures fails here at once with :class:`NoStreamResponseError` (a
+    publish would be answered "no responders" until its retries run out). A ``stream`` option
+    naming a stream that does not capture the subject is an :class:`InvalidOptionError`. When
+    the account may not list streams the subject check is skipped (``checkSubjects=false``
+    skips it too: a subject mapped by the account, or captured by a stream of another account
+    through an import, is not visible here)."""
+    js = client.jetstream()
+    captures: tuple[str, ...] | None = None
+    if options.check_subjects:
+        if options.subject is not None:
+            probe = options.subject + (".x" if options.dedupe_mode == "subject" else "")
+            try:
+                names = list(js.stream_names(subject=probe))
+            except (NatsError, OSError):
+                _log.debug("jssync.spark: cannot list streams; not checking that %r is captured", probe, exc_info=True)
+                names = None
+            if names is not None and not names:
+                raise NoStreamResponseError(
+                    f"subject: no stream captures {probe!r}: every publish would be answered 'no responders'. Create "
+                    f"a stream whose subjects match it, or set checkSubjects=false when a stream captures it through "
+                    f"an account mapping or import"
+                )
+            if names is not None and options.stream is not None and options.stream not in names:
+                raise InvalidOptionError(
+                    f"stream: stream {options.stream!r} does not capture subject {probe!r} (captured by "
+                    f"{', '.join(repr(n) for n in names)})"
+                )
+        elif columns:
+            captures = _captured_filters(js, options)
+    check_duplicate_window(client, options, stacklevel=stacklevel + 1)
+    return dataclasses.replace(options, checked=True, captures=captures)
+
+
+def _captured_filters(js: Any, options: WriteOptions) -> tuple[str, ...] | None:
+    """The subjects of ``options.stream``, or of every stream of the account (None when they
+    cannot be listed)."""
+    try:
+        if options.stream is not None:
+            infos = [js.stream_info(options.stream)]
+        else:
+            infos = list(js.streams())
+    except StreamNotFoundError:
+        raise InvalidOptionError(f"stream: no stream named {options.stream!r}") from None
+    except (NatsError, OSError):
+        _log.debug("jssync.spark: cannot list streams; subject column values are not checked", exc_info=True)
+        return None
+    filters = tuple(dict.fromkeys(f for info in infos for f in (info.config.subjects or ())))
+    if not filters:
+        where = f"stream {options.stream!r} has" if options.stream is not None else "the account's streams have"
+        raise NoStreamResponseError(
+            f"subjectColumn: {where} no subjects: no row of column {options.subject_column!r} could be stored "
+            f"(checkSubjects=false skips this check)"
+        )
+    return filters
+
+
+def check_captured(subjects: Iterable[object], options: WriteOptions, seen: set[str]) -> None:
+    """Fail before publishing when a subject column value is captured by none of
+    ``options.captures`` (``seen``: values already checked, updated)."""
+    captures = options.captures
+    if captures is None:
+        return
+    for subj in subjects:
+        if subj is None or subj in seen or not isinstance(subj, str):
+            continue
+        probe = subj + (".x" if options.dedupe_mode == "subject" else "")
+        if not any(subject_matches(probe, f) for f in captures):
+            where = f"stream {options.stream!r}" if options.stream is not None else "any stream"
+            raise NoStreamResponseError(
+                f"subjectColumn: subject {probe!r} (column {options.subject_column!r}) is not captured by {where} "
+                f"(subjects {list(captures)[:10]}); nothing was published for it"
+            )
+        if len(seen) < 100_000:
+            seen.add(subj)
+
+
 def ensure_checked(config: NatsConfig, client: Client, options: WriteOptions) -> None:
-    """:func:`check_duplicate_window` once per cached connection and target (a task after the
-    first in a worker process does not ask the server again). A failing check is not remembered."""
-    key = ("dupwin", options.stream, options.subject, options.dedupe_mode, options.min_duplicate_window, options.fail_on_short_window)
+    """:func:`check_targets` once per cached connection and target (a task after the first in a
+    worker process does not ask the server again); nothing when the driver checked already
+    (``options.checked``). A failing check is not remembered."""
+    if options.checked:
+        return
+    key = (
+        "dupwin",
+        options.stream,
+        options.subject,
+        options.dedupe_mode,
+        options.min_duplicate_window,
+        options.fail_on_short_window,
+        options.check_subjects,
+    )
     if key in _checked_keys(config):
         return
-    check_duplicate_window(client, options, stacklevel=4)
+    check_targets(client, options, stacklevel=3)
     _cache.memo(config, key)
 
 
@@ -382,6 +482,11 @@ class PartitionWriter:
     @property
     def rows_seen(self) -> int:
         return self._index
+
+    @property
+    def stored(self) -> int:
+        """Rows confirmed stored so far (duplicates included)."""
+        return int(self._bulk.window.written)
 
     @property
     def in_flight(self) -> int:
@@ -602,6 +707,7 @@ def write_partition(
         return WriteResult()
     rows = itertools.chain((first,), it)
     with _cache.lease(config) as client:
+        writer: PartitionWriter | None = None
         try:
             ensure_checked(config, client, options)
             writer = PartitionWriter(client, options, write_id=write_id, partition_id=partition_id)
@@ -610,7 +716,17 @@ def write_partition(
                 return writer.finish()
             finally:
                 writer.close()
-        except BaseException:
+        except BaseException as exc:
+            if writer is not None:
+                _log.warning(
+                    "jetstream write %s partition %d failed (%s) after %d of its rows were confirmed stored "
+                    "(%d sent); a retry publishes the same msg ids, so the stream keeps one copy of each",
+                    write_id if write_id is not None else f"(ids from column {options.msg_id_column!r})",
+                    partition_id,
+                    type(exc).__name__,
+                    writer.stored,
+                    writer.rows_seen,
+                )
             _cache.discard_client(config, client)
             raise
 

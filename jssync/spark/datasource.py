@@ -58,13 +58,28 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "jssync.spark.datasource needs PySpark >= 4.0 and pyarrow (the 'spark' extra): "
-        "pip install 'jssync[spark]'"
+        "pip install -e '.[spark]' (in the jssync checkout)"
     ) from _exc
 
 from jscore.errors import InvalidOptionError, JetStreamError, MsgNotFoundError, NatsError, NoMessagesError
 
 from ._cache import discard_client, get_jetstream, lease
 from ._config import NatsConfig, WriteOptions, option_lookup
+from ._options import Role, normalize
+from ._values import (
+    DROP,
+    Field,
+    JsonPlan,
+    MalformedRecordError,
+    ParseMode,
+    ValueDecoder,
+    ValueFormat,
+    _Bad,
+    ddl,
+    json_plan,
+    parse_ddl,
+    payload_rows,
+)
 
 if TYPE_CHECKING:
     from jssync.jetstream import JetStream
@@ -254,12 +269,23 @@ class ReadOptions:
     max_records_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     fetch_batch: int = DEFAULT_FETCH_BATCH
+    partition_by: str = "sequence"
+    include_headers: bool = True
+    value_format: ValueFormat = "binary"
+    value_fields: tuple[Field, ...] = ()
+    mode: ParseMode = "PERMISSIVE"
+    corrupt_column: str = "_corrupt_record"
+
+    @property
+    def plain(self) -> bool:
+        """The default columns (:data:`SCHEMA`): the reader's fast path."""
+        return self.value_format == "binary" and self.include_headers
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         """Parse and validate the string options of a batch (``streaming=False``) or streaming
         read. Raises :class:`InvalidOptionError` naming the option."""
-        opts = option_lookup(options)
+        opts = normalize(options, "stream_read" if streaming else "read")
         stream = _opt(opts, "stream")
         if stream is None:
             raise InvalidOptionError("stream: the option is required to read (the name of the stream)")
@@ -308,6 +334,38 @@ class ReadOptions:
                 ending = _seq_json("endingOffsets", raw_end)
 
         max_per_trigger = _positive_int(opts, "maxRecordsPerTrigger")
+        if max_per_trigger is not None and not streaming:
+            _log.info("jetstream[%s]: maxRecordsPerTrigger applies to streaming reads only (ignored)", stream)
+
+        partition_by = (_opt(opts, "partitionBy") or "sequence").lower()
+        if partition_by not in ("sequence", "subject"):
+            raise InvalidOptionError(f"partitionBy: expected 'sequence' or 'subject', got {_opt(opts, 'partitionBy')!r}")
+
+        raw_format = _opt(opts, "valueFormat")
+        raw_schema = _opt(opts, "valueSchema")
+        value_format = (raw_format or ("json" if raw_schema is not None else "binary")).lower()
+        if value_format not in ("binary", "string", "json"):
+            raise InvalidOptionError(f"valueFormat: expected 'binary', 'string' or 'json', got {raw_format!r}")
+        fields: tuple[Field, ...] = ()
+        if value_format == "json":
+            if raw_schema is None:
+                raise InvalidOptionError(
+                    "valueSchema: valueFormat=json needs the payload's schema as DDL, e.g. 'id long, name string, "
+                    "at timestamp'"
+                )
+            fields = parse_ddl(raw_schema, "valueSchema")
+        elif raw_schema is not None:
+            raise InvalidOptionError(f"valueSchema: only used with valueFormat=json (valueFormat is {value_format!r})")
+        if _opt(opts, "kvListPageSize") is not None:
+            raise InvalidOptionError("kvListPageSize: only used with kvBucket (a key-value bucket's read)")
+        raw_mode = _opt(opts, "mode")
+        mode = (raw_mode or "PERMISSIVE").upper()
+        if mode not in ("PERMISSIVE", "DROPMALFORMED", "FAILFAST"):
+            raise InvalidOptionError(f"mode: expected PERMISSIVE, DROPMALFORMED or FAILFAST, got {raw_mode!r}")
+        corrupt = _opt(opts, "columnNameOfCorruptRecord") or "_corrupt_record"
+        if (raw_mode is not None or "columnnameofcorruptrecord" in opts) and value_format == "binary":
+            name = "mode" if raw_mode is not None else "columnNameOfCorruptRecord"
+            raise InvalidOptionError(f"{name}: only used with valueFormat=json or string (a binary payload is never malformed)")
         return cls(
             stream=stream,
             subjects=subjects,
@@ -319,7 +377,60 @@ class ReadOptions:
             max_records_per_trigger=max_per_trigger if streaming else None,
             fail_on_data_loss=_bool_opt(opts, "failOnDataLoss", True),
             fetch_batch=_positive_int(opts, "fetchBatchSize") or DEFAULT_FETCH_BATCH,
+            partition_by=partition_by,
+            include_headers=_bool_opt(opts, "includeHeaders", True),
+            value_format=value_format,  # type: ignore[arg-type]
+            value_fields=fields,
+            mode=mode,  # type: ignore[arg-type]
+            corrupt_column=corrupt,
         )
+
+    def columns(self) -> tuple[Field, ...]:
+        """The columns a read returns, in order (see docs/spark.md, "Reading payloads as columns").
+
+        ``binary`` (default): :data:`SCHEMA`; ``string``: ``data`` is a string; ``json``: the
+        fields of ``valueSchema`` first, then the message's columns (``data`` is dropped, and a
+        value field named like a message column replaces it). ``PERMISSIVE`` adds the
+        corrupt-record column after the value columns. ``includeHeaders=false`` drops
+        ``headers``."""
+        meta: list[Field] = [Field("subject", "string")]
+        if self.value_format == "binary":
+            meta.append(Field("data", "binary"))
+        elif self.value_format == "string":
+            meta.append(Field("data", "string"))
+        if self.include_headers:
+            meta.append(Field("headers", ("map", "string", ("array", "string"))))
+        meta += [Field("stream", "string"), Field("seq", "long"), Field("timestamp", "timestamp")]
+        if self.value_format == "binary":
+            return tuple(meta)
+        corrupt = [Field(self.corrupt_column, "string")] if self.mode == "PERMISSIVE" else []
+        if self.value_format == "string":
+            out = tuple(meta) + tuple(corrupt)
+        else:
+            values = self.decoded_fields()
+            taken = {f.name.lower() for f in values} | {f.name.lower() for f in corrupt}
+            out = values + tuple(corrupt) + tuple(f for f in meta if f.name.lower() not in taken)
+        names = [f.name.lower() for f in out]
+        if len(set(names)) != len(names):
+            raise InvalidOptionError(
+                f"columnNameOfCorruptRecord: {self.corrupt_column!r} is already a column of the read ({ddl(out)})"
+            )
+        return out
+
+    def decoded_fields(self) -> tuple[Field, ...]:
+        """The valueSchema fields decoded from the JSON payload (a string field named like the
+        corrupt-record column is that column, not decoded)."""
+        low = self.corrupt_column.lower()
+        out = []
+        for f in self.value_fields:
+            if f.name.lower() == low and self.mode == "PERMISSIVE":
+                if f.type != "string":
+                    raise InvalidOptionError(
+                        f"valueSchema: the corrupt-record column {f.name!r} must be a string, not {ddl((f,))}"
+                    )
+                continue
+            out.append(f)
+        return tuple(out)
 
 
 # ====================================================================== partitions
@@ -327,27 +438,31 @@ class ReadOptions:
 
 class SeqRange(InputPartition):
     """One read task: stream sequences ``start`` to ``end``, both included. ``check_loss``:
-    fail (``failOnDataLoss``) if sequences at the start of the range are gone when it is read."""
+    fail (``failOnDataLoss``) if sequences at the start of the range are gone when it is read.
+    ``subjects``: the task's own filter (``partitionBy=subject``), else the read's."""
 
-    def __init__(self, index: int, start: int, end: int, check_loss: bool = False) -> None:
+    def __init__(
+        self, index: int, start: int, end: int, check_loss: bool = False, subjects: tuple[str, ...] | None = None
+    ) -> None:
         super().__init__((start, end))
         self.index = index
         self.start = start
         self.end = end
         self.check_loss = check_loss
+        self.subjects = subjects
 
     def __repr__(self) -> str:
-        return f"SeqRange(index={self.index}, start={self.start}, end={self.end})"
+        extra = f", subjects={self.subjects!r}" if self.subjects is not None else ""
+        return f"SeqRange(index={self.index}, start={self.start}, end={self.end}{extra})"
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.index, self.start, self.end, self.check_loss, getattr(self, "subjects", None))
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, SeqRange)
-            and (self.index, self.start, self.end, self.check_loss)
-            == (other.index, other.start, other.end, other.check_loss)
-        )
+        return isinstance(other, SeqRange) and self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash((self.index, self.start, self.end, self.check_loss))
+        return hash(self._key())
 
 
 def split_range(
@@ -375,6 +490,61 @@ def split_range(
         out.append(SeqRange(i, s, s + size - 1, check_loss))
         s += size
     return out
+
+
+MAX_SUBJECT_PARTITIONS: Final = 10_000
+"""``partitionBy=subject``: at most this many subjects (one partition or more each)."""
+
+
+def split_by_subject(
+    counts: Mapping[str, int],
+    start: int,
+    end: int,
+    *,
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+) -> list[SeqRange]:
+    """``partitionBy=subject``: one or more partitions per subject of ``counts`` (subject ->
+    messages, from the stream's info). A subject with more than ``maxRecordsPerPartition``
+    messages (default :data:`DEFAULT_RECORDS_PER_PARTITION`) gets several, each reading that
+    subject in a contiguous part of ``[start, end]``; the busiest subjects are split further
+    until there are ``minPartitions``. Subjects without messages get none."""
+    n = end - start + 1
+    subjects = sorted(s for s, c in counts.items() if c > 0)
+    if n <= 0 or not subjects:
+        return []
+    if len(subjects) > MAX_SUBJECT_PARTITIONS:
+        raise InvalidOptionError(
+            f"partitionBy: the read matches {len(subjects)} subjects; partitionBy=subject makes a partition per "
+            f"subject (at most {MAX_SUBJECT_PARTITIONS}): narrow it with subjects, or use the default sequence ranges"
+        )
+    per = max_records_per_partition or DEFAULT_RECORDS_PER_PARTITION
+    pieces = {s: min(n, max(1, math.ceil(counts[s] / per))) for s in subjects}
+    want = min_partitions or 1
+    while sum(pieces.values()) < want:
+        s = max((x for x in subjects if pieces[x] < n), key=lambda x: counts[x] / pieces[x], default=None)
+        if s is None:
+            break
+        pieces[s] += 1
+    out: list[SeqRange] = []
+    for s in subjects:
+        k = pieces[s]
+        base, extra = divmod(n, k)
+        lo = start
+        for i in range(k):
+            size = base + (1 if i < extra else 0)
+            out.append(SeqRange(len(out), lo, lo + size - 1, subjects=(s,)))
+            lo += size
+    return out
+
+
+def _subject_counts(js: JetStream, ropts: ReadOptions) -> dict[str, int]:
+    """Messages per subject of the read's filter (every subject when none), from the stream's info."""
+    counts: dict[str, int] = {}
+    for f in ropts.subjects or (">",):
+        info = js.stream_info(ropts.stream, subjects_filter=f, timeout=_INFO_TIMEOUT)
+        counts.update(info.state.subjects or {})
+    return counts
 
 
 # ====================================================================== stream access
@@ -587,6 +757,150 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
         yield batch()
 
 
+def _spark_type(t: Any) -> Any:
+    """A :data:`jssync.spark._values.DType` -> the pyspark type."""
+    from pyspark.sql import types as T
+
+    atomic = {
+        "string": T.StringType,
+        "binary": T.BinaryType,
+        "boolean": T.BooleanType,
+        "byte": T.ByteType,
+        "short": T.ShortType,
+        "int": T.IntegerType,
+        "long": T.LongType,
+        "float": T.FloatType,
+        "double": T.DoubleType,
+        "date": T.DateType,
+        "timestamp": T.TimestampType,
+        "timestamp_ntz": T.TimestampNTZType,
+    }
+    if isinstance(t, str):
+        return atomic[t]()
+    if t[0] == "decimal":
+        return T.DecimalType(t[1], t[2])
+    if t[0] == "array":
+        return T.ArrayType(_spark_type(t[1]))
+    if t[0] == "map":
+        return T.MapType(_spark_type(t[1]), _spark_type(t[2]))
+    return T.StructType([T.StructField(f.name, _spark_type(f.type), f.nullable) for f in t[1]])
+
+
+def spark_schema(ropts: ReadOptions) -> StructType:
+    """The read's schema as a pyspark StructType (:meth:`ReadOptions.columns`)."""
+    return _spark_type(("struct", ropts.columns()))  # type: ignore[no-any-return]
+
+
+def _to_arrow(struct: StructType) -> Any:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        return to_arrow_schema(struct, timezone="UTC")
+    except TypeError:  # PySpark 4.0 / 4.1: timestamp_utc=True is the default
+        return to_arrow_schema(struct)
+
+
+def check_user_schema(given: StructType, ropts: ReadOptions) -> None:
+    """A schema given with ``.schema(...)`` must be the read's own (names and types; nullability
+    is not compared): the source cannot produce other columns. Raises :class:`InvalidOptionError`."""
+    want = ropts.columns()
+    if isinstance(given, str):  # (a DDL string, when called outside Spark)
+        if [(f.name.lower(), f.type) for f in parse_ddl(given, "schema")] == [(f.name.lower(), f.type) for f in want]:
+            return
+        given_text = given
+    else:
+
+        def shape(st: Any) -> list[tuple[str, str]]:
+            return [(f.name.lower(), f.dataType.simpleString()) for f in st.fields]
+
+        if shape(given) == shape(spark_schema(ropts)):
+            return
+        given_text = given.simpleString()
+    hint = (
+        " (decode the payload into columns with valueFormat=json and valueSchema)"
+        if ropts.value_format == "binary"
+        else " (the payload's columns come from valueSchema)"
+    )
+    raise InvalidOptionError(
+        f"schema: the jetstream source returns {ddl(want)!r}, not {given_text!r}{hint}; "
+        "leave .schema() out, or select and cast the columns after load()"
+    )
+
+
+def read_range_decoded(config: NatsConfig, ropts: ReadOptions, part: SeqRange, rows: int | None = None) -> Iterator[Any]:
+    """The rows of one partition as Arrow record batches in the read's columns
+    (:meth:`ReadOptions.columns`) when they are not the default: payloads decoded on the worker
+    with ``valueFormat`` / ``valueSchema``, malformed ones handled by ``mode``."""
+    import pyarrow as pa
+
+    rows = ARROW_BATCH_ROWS if rows is None else rows
+    cols = ropts.columns()
+    schema = _to_arrow(spark_schema(ropts))
+    types = [f.type for f in schema]
+    fmt = ropts.value_format
+    decoder = ValueDecoder(fmt, ropts.decoded_fields(), ropts.mode) if fmt != "binary" else None
+    meta_names = ("subject", "data", "headers", "stream", "seq", "timestamp")
+    value_names = [f.name for f in ropts.decoded_fields()] if fmt == "json" else (["data"] if fmt == "string" else [])
+    if decoder is not None and decoder.permissive:
+        value_names.append(ropts.corrupt_column)
+    # Where each decoded value and each message column goes in the output.
+    lower = [c.name.lower() for c in cols]
+    value_at = [lower.index(n.lower()) for n in value_names]
+    meta_at = [(lower.index(n), n) for n in meta_names if n in lower and n.lower() not in {v.lower() for v in value_names}]
+    columns: list[list[Any]] = [[] for _ in cols]
+    stream = ropts.stream
+    count = 0
+
+    def batch() -> Any:
+        arrays = [pa.array(c, type=types[i]) for i, c in enumerate(columns)]
+        for c in columns:
+            c.clear()
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    for msg in _range_msgs(config, ropts, part):
+        meta = msg.metadata
+        if decoder is not None:
+            try:
+                values = decoder.decode(msg.data)
+            except _Bad as exc:
+                raise MalformedRecordError(
+                    f"jetstream[{stream}]: malformed payload at sequence {meta.sequence.stream} (subject "
+                    f"{msg.subject!r}): {exc}. mode=FAILFAST; mode=PERMISSIVE keeps it (null columns and the payload "
+                    f"in {ropts.corrupt_column!r}), mode=DROPMALFORMED drops it"
+                ) from None
+            if values is DROP:
+                continue
+            assert isinstance(values, list)
+            for i, v in zip(value_at, values):
+                columns[i].append(v)
+        for i, name in meta_at:
+            if name == "subject":
+                columns[i].append(msg.subject)
+            elif name == "data":
+                columns[i].append(msg.data)
+            elif name == "headers":
+                columns[i].append(_headers_dict(msg))
+            elif name == "stream":
+                columns[i].append(stream)
+            elif name == "seq":
+                columns[i].append(meta.sequence.stream)
+            else:
+                columns[i].append(meta.timestamp_ns // 1000)
+        count += 1
+        if count >= rows:
+            count = 0
+            yield batch()
+    if count:
+        yield batch()
+
+
+def read_partition(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterator[Any]:
+    """A read task's Arrow record batches: the fast path for the default columns, else decoded."""
+    if ropts.plain:
+        return read_range_arrow(config, ropts, part)
+    return read_range_decoded(config, ropts, part)
+
+
 def _range_msgs(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterator[JsMsg]:
     """The messages of one partition (see :func:`iter_range`), with the data-loss checks and the
     cached client dropped when the connection broke."""
@@ -597,7 +911,9 @@ def _range_msgs(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Itera
         failed = True
         try:
             first_seen: int | None = None
-            for msg in iter_range(js, stream, ropts.subjects, part.start, part.end, ropts.fetch_batch):
+            own: tuple[str, ...] | None = getattr(part, "subjects", None)
+            subjects = own if own is not None else ropts.subjects
+            for msg in iter_range(js, stream, subjects, part.start, part.end, ropts.fetch_batch):
                 meta = msg.metadata
                 seq = meta.sequence.stream
                 if first_seen is None:
@@ -635,6 +951,7 @@ class JetStreamBatchReader(DataSourceReader):
             js = get_jetstream(self.config)
             info = _stream_info(js, ropts.stream)
             start = _resolve_start(js, ropts, info)
+            counts = _subject_counts(js, ropts) if ropts.partition_by == "subject" else None
         first = _first_available(info)
         if start < first:
             if ropts.fail_on_data_loss and ropts.starting_time is None and isinstance(ropts.starting, int):
@@ -643,20 +960,36 @@ class JetStreamBatchReader(DataSourceReader):
         end = info.state.last_seq
         if ropts.ending is not None:
             end = min(end, ropts.ending - 1)
-        parts = split_range(
+        if counts is not None:
+            parts = split_by_subject(
+                counts,
+                start,
+                end,
+                min_partitions=ropts.min_partitions,
+                max_records_per_partition=ropts.max_records_per_partition,
+            )
+        else:
+            parts = split_range(
+                start,
+                end,
+                min_partitions=ropts.min_partitions,
+                max_records_per_partition=ropts.max_records_per_partition,
+            )
+        _log.info(
+            "jetstream[%s] batch read: sequences %d..%d in %d partitions (by %s)",
+            ropts.stream,
             start,
             end,
-            min_partitions=ropts.min_partitions,
-            max_records_per_partition=ropts.max_records_per_partition,
+            len(parts),
+            ropts.partition_by,
         )
-        _log.info("jetstream batch read of %r: sequences %d..%d in %d partitions", ropts.stream, start, end, len(parts))
         if not parts:
             return [SeqRange(0, start, start - 1)]  # (one empty task: Spark wants a partition)
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SeqRange)
-        return read_range_arrow(self.config, self.ropts, partition)
+        return read_partition(self.config, self.ropts, partition)
 
 
 # ====================================================================== streaming read
@@ -678,6 +1011,8 @@ class JetStreamStreamReader(DataSourceStreamReader, _AvailableNowBase):  # type:
         self.ropts = ropts
         self._target: int | None = None  # Trigger.AvailableNow: do not go past this offset
         self._last_end: int | None = None  # (PySpark 4.0 / 4.1: latestOffset() has no start)
+        self._last_start: int | None = None  # the start of the micro-batch planned last
+        self._last_info: StreamInfo | None = None  # the info latestOffset saw (for reportLatestOffset)
 
     def _info(self) -> tuple[JetStream, StreamInfo]:
         js = get_jetstream(self.config)
@@ -705,10 +1040,31 @@ class JetStreamStreamReader(DataSourceStreamReader, _AvailableNowBase):  # type:
         self._target = info.state.last_seq + 1
         _log.info("jetstream: Trigger.AvailableNow reads %r up to sequence %d", self.ropts.stream, self._target - 1)
 
-    def reportLatestOffset(self) -> dict[str, int] | None:
-        with lease(self.config):
-            _, info = self._info()
-        return {"seq": info.state.last_seq + 1}
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The stream's latest offset for the query's progress (PySpark >= 4.2 calls it right
+        after :meth:`latestOffset`; it shows as ``sources[i].latestOffset`` of
+        ``query.lastProgress``), carrying the source's figures, since the Python data source API
+        has no other way to report source metrics: ``stream``, ``latestSeq`` (the stream's last
+        sequence), ``batchSequences`` (sequences in the micro-batch just planned; with a subject
+        filter or deleted messages more than its rows, which are ``numInputRows``),
+        ``offsetsBehindLatest`` (sequences left after it) and ``estimatedBytesBehindLatest``
+        (those at the stream's average message size). Only ``seq`` is an offset; Spark keeps
+        none of this in the checkpoint."""
+        info = self._last_info
+        if info is None:
+            with lease(self.config):
+                _, info = self._info()
+        latest = info.state.last_seq + 1
+        out: dict[str, Any] = {"seq": latest, "stream": self.ropts.stream, "latestSeq": info.state.last_seq}
+        if self._last_end is not None:
+            behind = max(0, latest - self._last_end)
+            state = info.state
+            avg = state.bytes / state.messages if state.messages else 0.0
+            out["batchSequences"] = max(0, self._last_end - self._last_start) if self._last_start is not None else None
+            out["offsetsBehindLatest"] = behind
+            out["estimatedBytesBehindLatest"] = round(behind * avg)
+        self._last_info = None
+        return out
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, int]:
         """The end offset of the next micro-batch: the stream's last sequence + 1, capped by the
@@ -741,8 +1097,10 @@ class JetStreamStreamReader(DataSourceStreamReader, _AvailableNowBase):  # type:
                 max_rows = limit.max_rows
             elif _ReadMinRows is not None and isinstance(limit, _ReadMinRows):
                 min_rows = limit.min_rows
+        self._last_info = info
         if s is None:
             end = available
+            self._last_start = None
         else:
             if s > info.state.last_seq + 1:
                 msg = (
@@ -765,6 +1123,7 @@ class JetStreamStreamReader(DataSourceStreamReader, _AvailableNowBase):  # type:
             if min_rows is not None and end - s_eff < min_rows:
                 end = s
             end = max(end, s)
+            self._last_start = s
         self._last_end = end
         return {"seq": end}
 
@@ -791,7 +1150,7 @@ class JetStreamStreamReader(DataSourceStreamReader, _AvailableNowBase):  # type:
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SeqRange)
-        return read_range_arrow(self.config, self.ropts, partition)
+        return read_partition(self.config, self.ropts, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # the offsets live in Spark's checkpoint; nothing is kept on the server
@@ -816,13 +1175,46 @@ def _task_context() -> Any:
     return TaskContext.get()
 
 
-def _check_window(config: NatsConfig, wopts: WriteOptions) -> None:
-    """Warn (or fail, ``failOnShortWindow``) when the target stream's duplicate_window is shorter
-    than ``minDuplicateWindow``; on the driver, before any task runs."""
-    from ._writer import check_duplicate_window
+_DRIVER_CHECKED: dict[tuple[NatsConfig, WriteOptions], WriteOptions] = {}
 
+
+def _check_on_driver(config: NatsConfig, wopts: WriteOptions, *, columns: bool) -> WriteOptions:
+    """:func:`jssync.spark._writer.check_targets` on the driver, before any task runs: the
+    subject(s) captured, the subject-mode stream settings, the duplicate window (its warning is
+    given here, once; the tasks skip the checks). A streaming sink's writer is created again for
+    every micro-batch's commit: the check is remembered per process."""
+    from ._writer import check_targets
+
+    key = (config, wopts)
+    done = _DRIVER_CHECKED.get(key)
+    if done is not None:
+        return done
     with lease(config) as client:
-        check_duplicate_window(client, wopts)
+        checked = check_targets(client, wopts, columns=columns, stacklevel=4)
+    if len(_DRIVER_CHECKED) > 256:
+        _DRIVER_CHECKED.clear()
+    _DRIVER_CHECKED[key] = checked
+    return checked
+
+
+def _describe_tasks(messages: Sequence[WriterCommitMessage | None]) -> str:
+    """Per task: the rows it confirmed stored, or that it did not finish."""
+    done = [m for m in messages if isinstance(m, JetStreamCommitMessage)]
+    rows = sum(m.count for m in done)
+    unfinished = [i for i, m in enumerate(messages) if not isinstance(m, JetStreamCommitMessage)]
+    parts = [f"partition {m.partition_id}: {m.count}" for m in done[:20]]
+    if len(done) > 20:
+        parts.append(f"... {len(done) - 20} more")
+    text = f"{len(done)} of {len(messages)} tasks finished and stored {rows} rows"
+    if parts:
+        text += f" ({', '.join(parts)})"
+    if unfinished:
+        text += (
+            f"; {len(unfinished)} did not finish (failed or interrupted), and what each stored before that is "
+            f"in its own log line 'jetstream write ... partition N failed ... after K of its rows were confirmed "
+            f"stored'"
+        )
+    return text
 
 
 def _sum_counts(messages: Sequence[WriterCommitMessage | None]) -> tuple[int, int]:
@@ -834,20 +1226,86 @@ def _sum_counts(messages: Sequence[WriterCommitMessage | None]) -> tuple[int, in
     return rows, tasks
 
 
-def arrow_rows(batches: Iterator[Any], wopts: WriteOptions) -> Iterator[Any]:
+def plan_write_columns(schema: StructType, wopts: WriteOptions) -> JsonPlan | None:
+    """Check the DataFrame's columns on the driver, before any task: the data column (or, for
+    ``valueFormat=json``, the columns to serialise), the subject column when no ``subject`` is
+    set, the msg id column. Returns the JSON plan (None unless ``valueFormat=json``)."""
+    from pyspark.sql import types as T
+
+    by_name = {f.name: f for f in schema.fields}
+    names = list(by_name)
+    if wopts.subject is None and wopts.subject_column not in by_name:
+        raise InvalidOptionError(
+            f"subject: no subject option and the DataFrame has no column {wopts.subject_column!r} (columns: {names})"
+        )
+    if wopts.msg_id_column is not None and wopts.msg_id_column not in by_name:
+        raise InvalidOptionError(f"msgIdColumn: the DataFrame has no column {wopts.msg_id_column!r} (columns: {names})")
+    if wopts.value_format == "json":
+        value = by_name.get("value")
+        return json_plan(names, value is not None and isinstance(value.dataType, T.StructType), wopts)
+    d = wopts.data_column
+    if d not in by_name:
+        raise InvalidOptionError(
+            f"dataColumn: the DataFrame has no column {d!r} (columns: {names}); set dataColumn, or "
+            f"valueFormat=json to serialise the columns"
+        )
+    dtype = by_name[d].dataType
+    if wopts.value_format == "binary" and not isinstance(dtype, (T.BinaryType, T.StringType)):
+        raise InvalidOptionError(
+            f"dataColumn: column {d!r} is {dtype.simpleString()}; it must be binary or string (valueFormat=string "
+            f"writes any scalar as text, valueFormat=json serialises columns)"
+        )
+    if wopts.value_format == "string" and isinstance(dtype, (T.StructType, T.ArrayType, T.MapType)):
+        raise InvalidOptionError(
+            f"dataColumn: column {d!r} is {dtype.simpleString()}; valueFormat=string writes scalars as text "
+            f"(valueFormat=json serialises structures)"
+        )
+    return None
+
+
+def _json_payloads(batch: Any, plan: JsonPlan) -> list[bytes]:
+    from ._values import json_encoder
+
+    enc = json_encoder()
+    names = batch.schema.names
+    if plan.struct:
+        values = batch.column(names.index("value")).to_pylist(maps_as_pydicts="strict")
+        return [b"" if v is None else enc(v) for v in values]
+    import pyarrow as pa
+
+    sub = pa.RecordBatch.from_arrays([batch.column(names.index(c)) for c in plan.columns], names=list(plan.columns))
+    return [enc(r) for r in sub.to_pylist(maps_as_pydicts="strict")]
+
+
+def arrow_rows(batches: Iterator[Any], wopts: WriteOptions, plan: JsonPlan | None = None) -> Iterator[Any]:
     """The rows of Arrow record batches (a partition, in order) in shapes the partition writer
     takes: the data column's values alone (bytes or str) when the writer reads no other column,
     else ``(data, subject, headers, msg_id)`` tuples. Columns are converted a batch at a time,
-    which costs far less than Spark building a ``Row`` per row."""
+    which costs far less than Spark building a ``Row`` per row. With ``valueFormat=json`` the
+    payloads are the rows serialised (``plan``); a subject column's new values are checked
+    against ``wopts.captures`` before the batch is published."""
     d, s, h, m = wopts.data_column, wopts.subject_column, wopts.headers_column, wopts.msg_id_column
+    seen: set[str] = set()
+    check = wopts.captures is not None and wopts.subject is None
     for batch in batches:
         names = batch.schema.names
-        if d not in names:
-            raise InvalidOptionError(f"dataColumn: the DataFrame has no column {d!r} (columns: {names})")
         if m is not None and m not in names:
             raise InvalidOptionError(f"msgIdColumn: the DataFrame has no column {m!r} (columns: {names})")
-        data = batch.column(names.index(d)).to_pylist()
+        data: list[Any]
+        if plan is not None:
+            data = _json_payloads(batch, plan)
+        else:
+            if d not in names:
+                raise InvalidOptionError(f"dataColumn: the DataFrame has no column {d!r} (columns: {names})")
+            col = batch.column(names.index(d))
+            if wopts.value_format == "string" and not _is_text(col.type):
+                col = col.cast(_arrow_string())
+            data = col.to_pylist()
         subjects = batch.column(names.index(s)).to_pylist() if s in names and wopts.subject is None else None
+        if check and subjects is not None:
+            from ._writer import check_captured
+
+            check_captured(subjects, wopts, seen)
         headers = batch.column(names.index(h)).to_pylist() if h in names else None
         ids = batch.column(names.index(m)).to_pylist() if m is not None else None
         if subjects is None and headers is None and ids is None:
@@ -864,15 +1322,28 @@ def arrow_rows(batches: Iterator[Any], wopts: WriteOptions) -> Iterator[Any]:
             )
 
 
+def _is_text(t: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t))
+
+
+def _arrow_string() -> Any:
+    import pyarrow as pa
+
+    return pa.string()
+
+
 class JetStreamBatchWriter(DataSourceArrowWriter):
     """``df.write.format("jetstream")``: every task publishes its rows with msg ids
     ``<write id>/<partition>/<row index>`` (or ``msgIdColumn``); the write id is fixed here, on
     the driver, so retried and speculative task attempts publish the same ids."""
 
-    def __init__(self, config: NatsConfig, wopts: WriteOptions, write_id: str) -> None:
+    def __init__(self, config: NatsConfig, wopts: WriteOptions, write_id: str, plan: JsonPlan | None = None) -> None:
         self.config = config
         self.wopts = wopts
         self.write_id = write_id
+        self.plan = plan
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         """One task: its partition's Arrow record batches, published in order."""
@@ -880,7 +1351,7 @@ class JetStreamBatchWriter(DataSourceArrowWriter):
 
         ctx = _task_context()
         pid = ctx.partitionId() if ctx is not None else 0
-        rows = arrow_rows(iterator, self.wopts)
+        rows = arrow_rows(iterator, self.wopts, getattr(self, "plan", None))
         n = write_rows(rows, self.config, self.wopts, write_id=self.write_id, partition_id=pid)
         return JetStreamCommitMessage(partition_id=pid, count=n, write_id=self.write_id)
 
@@ -889,13 +1360,11 @@ class JetStreamBatchWriter(DataSourceArrowWriter):
         _log.info("jetstream write %s committed: %d rows from %d tasks", self.write_id, rows, tasks)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        rows, tasks = _sum_counts(messages)
         _log.warning(
-            "jetstream write %s aborted after %d rows from %d successful tasks were published; re-running the "
-            "same write (same msgIdColumn values, or a task retry) is deduplicated by the stream",
+            "jetstream write %s aborted: %s. Re-running the same write (same msgIdColumn values, or a task retry) "
+            "publishes the same msg ids, which the stream deduplicates",
             self.write_id,
-            rows,
-            tasks,
+            _describe_tasks(messages),
         )
 
 
@@ -914,10 +1383,11 @@ class JetStreamStreamWriter(_StreamWriterBase):  # type: ignore[misc]
     """``df.writeStream.format("jetstream")``: like the batch writer, with a write id per
     micro-batch derived from a checkpoint-stable base, the streaming query id and the batch id."""
 
-    def __init__(self, config: NatsConfig, wopts: WriteOptions, base_id: str) -> None:
+    def __init__(self, config: NatsConfig, wopts: WriteOptions, base_id: str, plan: JsonPlan | None = None) -> None:
         self.config = config
         self.wopts = wopts
         self.base_id = base_id
+        self.plan = plan
 
     def _write_id(self, ctx: Any) -> str:
         query_id = batch_id = None
@@ -937,7 +1407,11 @@ class JetStreamStreamWriter(_StreamWriterBase):  # type: ignore[misc]
         ctx = _task_context()
         pid = ctx.partitionId() if ctx is not None else 0
         write_id = self._write_id(ctx)
-        rows = arrow_rows(iterator, self.wopts) if _StreamWriterBase is not DataSourceStreamWriter else iterator
+        plan = getattr(self, "plan", None)
+        if _StreamWriterBase is not DataSourceStreamWriter:
+            rows = arrow_rows(iterator, self.wopts, plan)
+        else:  # pragma: no cover - PySpark 4.0 hands Rows
+            rows = payload_rows(iterator, self.wopts, plan)
         n = write_rows(rows, self.config, self.wopts, write_id=write_id, partition_id=pid)
         return JetStreamCommitMessage(partition_id=pid, count=n, write_id=write_id)
 
@@ -946,21 +1420,20 @@ class JetStreamStreamWriter(_StreamWriterBase):  # type: ignore[misc]
         _log.info("jetstream streaming write %s batch %d committed: %d rows from %d tasks", self.base_id, batchId, rows, tasks)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        rows, tasks = _sum_counts(messages)
         _log.warning(
-            "jetstream streaming write %s batch %d aborted (%d rows from %d tasks published; the replay is "
-            "deduplicated)",
+            "jetstream streaming write %s batch %d aborted: %s. Spark runs batch %d again when the query restarts "
+            "from its checkpoint, with the same msg ids, so the stream keeps one copy of each row (within its "
+            "duplicate window)",
             self.base_id,
             batchId,
-            rows,
-            tasks,
+            _describe_tasks(messages),
+            batchId,
         )
 
 
-def _stable_base(options: Mapping[str, str], wopts: WriteOptions, config: NatsConfig) -> str:
+def _stable_base(opts: Mapping[str, str], wopts: WriteOptions, config: NatsConfig) -> str:
     """A write-id base that a restarted query computes again: the ``writeId`` option if given,
     else a digest of the checkpoint location (when passed as an option) and the sink's target."""
-    opts = option_lookup(options)
     explicit = _opt(opts, "writeId")
     if explicit is not None:
         if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", explicit):
@@ -982,15 +1455,27 @@ def _stable_base(options: Mapping[str, str], wopts: WriteOptions, config: NatsCo
 # ====================================================================== the data source
 
 
+def _kv_bucket(opts: Mapping[str, str]) -> str | None:
+    """The ``kvBucket`` option: a read of a key-value bucket's current values instead of a
+    stream (see :mod:`jssync.spark.kvread`, when present)."""
+    return _opt(opts, "kvBucket")
+
+
 class JetStreamDataSource(DataSource):
     """The ``jetstream`` data source: ``spark.dataSource.register(JetStreamDataSource)``.
 
-    Options (strings): ``servers`` (required), credentials (``user``, ``password``, ``token``,
-    ``credsFile``, ``nkeySeedFile``, ``tls``, ``tlsCaFile``, ``tlsCertFile``, ``tlsKeyFile``,
-    ``connectTimeout``); reading: ``stream`` (required),
-    ``subjects``, ``startingOffsets``, ``startingTimestamp``, ``endingOffsets`` (batch),
-    ``minPartitions``, ``maxRecordsPerPartition``, ``maxRecordsPerTrigger`` (streaming),
-    ``failOnDataLoss``, ``fetchBatchSize``; writing: see :class:`WriteOptions` and ``writeId``.
+    Options (strings, names case-insensitive; an unknown one is an error naming the closest
+    known one, see :mod:`jssync.spark._options`): ``servers`` (required), credentials
+    (``user``, ``password``, ``token``, ``credsFile``, ``nkeySeedFile``, ``tls``,
+    ``tlsCaFile``, ``tlsCertFile``, ``tlsKeyFile``, ``connectTimeout``); reading: ``stream``
+    (required), ``subjects``, ``startingOffsets``, ``startingTimestamp``, ``endingOffsets``
+    (batch), ``minPartitions``, ``maxRecordsPerPartition``, ``partitionBy`` (batch),
+    ``maxRecordsPerTrigger`` (streaming), ``failOnDataLoss``, ``fetchBatchSize``,
+    ``includeHeaders``, ``valueFormat``, ``valueSchema``, ``mode``,
+    ``columnNameOfCorruptRecord``, ``kvBucket``; writing: see :class:`WriteOptions`,
+    ``writeId``, ``valueFormat`` and ``checkSubjects``. Kafka connector names with the same
+    meaning are accepted (``subscribe``, ``subscribePattern``, ``maxOffsetsPerTrigger``,
+    ``startingOffsetsByTimestamp``, ``topic``, ``includeHeaders``).
     """
 
     def __init__(self, options: Any) -> None:
@@ -1001,38 +1486,61 @@ class JetStreamDataSource(DataSource):
     def name(cls) -> str:
         return "jetstream"
 
-    def schema(self) -> StructType | str:
-        return SCHEMA
+    def _read_options(self, streaming: bool) -> tuple[NatsConfig, ReadOptions]:
+        opts = normalize(self.options, "stream_read" if streaming else "read")
+        config = NatsConfig.from_options(opts)
+        return config, ReadOptions.from_options(opts, streaming=streaming)
 
-    def _config(self) -> NatsConfig:
-        return NatsConfig.from_options(self.options)
+    def schema(self) -> StructType | str:
+        try:
+            opts = option_lookup(self.options)
+            if _kv_bucket(opts) is not None:  # a key-value bucket's snapshot (kvread.py)
+                from .kvread import KV_SCHEMA
+
+                return KV_SCHEMA
+            ropts = ReadOptions.from_options(opts, streaming=False)
+        except InvalidOptionError:
+            return SCHEMA  # (reader() / streamReader() / writer() report the option error)
+        return SCHEMA if ropts.plain else ddl(ropts.columns())
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        config = self._config()
-        ropts = ReadOptions.from_options(self.options, streaming=False)
+        from .kvread import KvBucketReader, KvReadOptions, wants_kv_bucket
+
+        if wants_kv_bucket(self.options):  # a key-value bucket's snapshot (kvread.py)
+            opts = normalize(self.options, "read")
+            return KvBucketReader(NatsConfig.from_options(opts), KvReadOptions.from_options(opts))
+        config, ropts = self._read_options(streaming=False)
+        check_user_schema(schema, ropts)
         return JetStreamBatchReader(config, ropts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        config = self._config()
-        ropts = ReadOptions.from_options(self.options, streaming=True)
+        from .kvread import KvReadOptions, wants_kv_bucket
+
+        if wants_kv_bucket(self.options):
+            KvReadOptions.from_options(self.options, streaming=True)  # (raises: batch reads only)
+        config, ropts = self._read_options(streaming=True)
+        check_user_schema(schema, ropts)
         return JetStreamStreamReader(config, ropts)
 
-    def _write_options(self, overwrite: bool) -> tuple[NatsConfig, WriteOptions]:
+    def _write_options(self, role: Role, overwrite: bool) -> tuple[dict[str, str], NatsConfig, WriteOptions]:
         if overwrite:
             raise InvalidOptionError(
                 "mode: JetStream streams are append-only; use mode('append') (overwrite is not supported)"
             )
-        config = self._config()
-        wopts = WriteOptions.from_options(self.options)
-        _check_window(config, wopts)
-        return config, wopts
+        opts = normalize(self.options, role)
+        return opts, NatsConfig.from_options(opts), WriteOptions.from_options(opts)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from ._writer import make_write_id
 
-        config, wopts = self._write_options(overwrite)
-        return JetStreamBatchWriter(config, wopts, make_write_id())
+        _, config, wopts = self._write_options("write", overwrite)
+        plan = plan_write_columns(schema, wopts)
+        wopts = _check_on_driver(config, wopts, columns=True)
+        return JetStreamBatchWriter(config, wopts, make_write_id(), plan)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        config, wopts = self._write_options(overwrite)
-        return JetStreamStreamWriter(config, wopts, _stable_base(self.options, wopts, config))
+        opts, config, wopts = self._write_options("stream_write", overwrite)
+        plan = plan_write_columns(schema, wopts)
+        base = _stable_base(opts, wopts, config)
+        wopts = _check_on_driver(config, wopts, columns=True)
+        return JetStreamStreamWriter(config, wopts, base, plan)

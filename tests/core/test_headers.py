@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -112,7 +114,7 @@ def test_encode_accepts_every_input_form_directly() -> None:
     assert encode_headers(Headers([("A", "1"), ("A", "2")])) == expected
 
 
-@pytest.mark.parametrize("given", [{"A": 1}, {"A": b"x"}, {"A": None}, ["A"], [("A", "1", "2")], "A: 1"], ids=repr)
+@pytest.mark.parametrize("given", [{"A": 1}, {"A": b"x"}, {"A": None}, ["A"], [("A", "1", "2")]], ids=repr)
 def test_bad_input_forms(given: object) -> None:
     with pytest.raises(BadHeaderError):
         encode_headers(given)  # type: ignore[arg-type]
@@ -293,3 +295,143 @@ def test_round_trip_encode_parse(pairs: list[tuple[str, str]]) -> None:
     assert headers.items() == pairs
     assert headers == Headers(pairs)
     assert encode_headers(headers) == block
+
+
+# --------------------------------------------------------------------------- the fast path
+# parse_header_block checks and splits the common block (no status, "Key: Value" lines) with two
+# regular expressions and hands everything else to the general parser. Both must agree on every
+# input: the same headers, or both refuse it.
+
+
+def _general(block: bytes) -> tuple[list[tuple[str, str]], int | None, str | None] | str:
+    """What the general parser alone makes of ``block`` (the reference)."""
+    from jscore.headers import _parse_general
+
+    if not block.startswith(b"NATS/1.0") or not block.endswith(b"\r\n\r\n"):
+        return "refused"
+    try:
+        headers, status, description = _parse_general(block[:-4].decode())
+    except (UnicodeDecodeError, RemoteProtocolError):
+        return "refused"
+    return headers.items(), status, description
+
+
+def _parsed(block: bytes) -> tuple[list[tuple[str, str]], int | None, str | None] | str:
+    try:
+        headers, status, description = parse_header_block(block)
+    except RemoteProtocolError:
+        return "refused"
+    return headers.items(), status, description
+
+
+# Lines made of the characters that matter to either parser: token characters, the colon,
+# spaces and tabs (stripped), CR and LF alone, control characters, DEL, non-ASCII text.
+_line_chars = st.sampled_from(list("aZ9-_:. \t\r\n\x00\x0b\x1f\x7f\u00a0é日") + ["\r\n", ": ", "Nats-Sequence"])
+_value_chars = st.sampled_from(list("v1 \t:\x00\x08\x0b\x0c\x0e\x1f\x7f\u00a0\u2028é") + ["\r", "\n"])
+_lines = st.lists(_line_chars, max_size=12).map("".join) | st.builds(
+    "{}:{}".format, st.sampled_from(["A", "Nats-Subject", "k!#$%&'*+-.^_`|~", "", "a b"]),
+    st.lists(_value_chars, max_size=6).map("".join),
+)
+_first = st.sampled_from(["", " 100", " 404 No Messages", " 1x", "x", " 408  pad ", " 503\t"])
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_first, st.lists(_lines, max_size=6), st.sampled_from(["\r\n\r\n", "\r\n", "\r\n\r\n\r\n", " \r\n\r\n"]))
+def test_fast_path_agrees_with_the_general_parser(first: str, lines: list[str], end: str) -> None:
+    text = "NATS/1.0" + first + "".join("\r\n" + line for line in lines) + end
+    block = text.encode("utf-8", "surrogatepass")
+    assert _parsed(block) == _general(block)
+
+
+_kv_lines = st.builds(
+    "{}:{}".format,
+    st.sampled_from(["A", "Nats-Subject", "k!#$%&'*+-.^_`|~", "", "a b", " A"]),
+    st.lists(_value_chars, max_size=5).map("".join),
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(_kv_lines, min_size=1, max_size=3))
+def test_fast_path_agrees_on_header_lines(lines: list[str]) -> None:
+    block = ("NATS/1.0" + "".join("\r\n" + line for line in lines) + "\r\n\r\n").encode()
+    assert _parsed(block) == _general(block)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        b"NATS/1.0\r\nA: 1\r\n\r\n",
+        b"NATS/1.0\r\nA:1\r\nB:\t 2\r\nA: \r\n\r\n",
+        b"NATS/1.0\r\nA: 1 \r\n\r\n",  # trailing space: the general parser strips it
+        b"NATS/1.0\r\nA: x\ty\r\nK: a:b: c\r\n\r\n",
+        b"NATS/1.0\r\nA: \xc3\xa4\r\n\r\n",
+        b"NATS/1.0\r\nA: \xc3\r\n\r\n",  # not UTF-8
+        b"NATS/1.0\r\nA: 1\r\n\r\nB: 2\r\n\r\n",  # a blank line inside
+        b"NATS/1.0\r\nA: 1\rB: 2\r\n\r\n",  # a lone CR
+        b"NATS/1.0\r\n A: 1\r\n\r\n",  # folded
+        b"NATS/1.0\r\nA B: 1\r\n\r\n",
+        b"NATS/1.0 404 No Messages\r\nA: 1\r\n\r\n",
+    ],
+    ids=repr,
+)
+def test_fast_path_examples(block: bytes) -> None:
+    assert _parsed(block) == _general(block)
+
+
+def test_a_parsed_block_is_split_on_first_use_and_behaves_like_any_headers() -> None:
+    import copy
+    import pickle
+
+    block = b"NATS/1.0\r\nA: 1\r\nb: x\r\na:\t2\r\n\r\n"
+    for use in (
+        lambda h: h.items(),
+        lambda h: h.get("B"),
+        lambda h: h["a"],
+        lambda h: h.keys(),
+        lambda h: len(h),
+        lambda h: "A" in h,
+        lambda h: h == Headers([("A", "1"), ("b", "x"), ("a", "2")]),
+        lambda h: repr(h),
+        lambda h: encode_headers(h),
+        lambda h: h.copy().items(),
+        lambda h: copy.deepcopy(h).items(),
+        lambda h: pickle.loads(pickle.dumps(h)).items(),
+        lambda h: Headers(h).items(),
+    ):
+        h, _, _ = parse_header_block(block)
+        assert h._unsplit() is not None and bool(h)
+        use(h)
+        assert h.items() == [("A", "1"), ("b", "x"), ("a", "2")]
+        assert h.get_all("a") == ["1", "2"]
+    h, _, _ = parse_header_block(block)
+    h.add("C", "3")  # a change splits it first, and then it is no longer the server's block
+    assert h._unsplit() is None
+    assert h.items() == [("A", "1"), ("b", "x"), ("a", "2"), ("C", "3")]
+    h, _, _ = parse_header_block(block)
+    h["A"] = "9"
+    assert h.items() == [("b", "x"), ("A", "9")]
+    h, _, _ = parse_header_block(block)
+    del h["b"]
+    assert h.items() == [("A", "1"), ("a", "2")] and h._unsplit() is None
+
+
+@pytest.mark.parametrize("bad", [5, 3.5, object(), "", "Key: value", b"", b"Key: value", bytearray(b"x"), True])
+def test_headers_of_the_wrong_shape_are_an_invalid_option_naming_headers(bad: object) -> None:
+    from jscore.errors import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError, match="^headers must be "):
+        encode_headers(bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOptionError, match="^headers must be "):
+        Headers(bad)  # type: ignore[arg-type]
+
+
+def test_an_error_inside_a_header_iterable_is_not_renamed() -> None:
+    """Only a value that is not iterable at all is the shape error; a TypeError raised by the
+    caller's own iterable comes out as it was."""
+
+    def pairs() -> Iterator[tuple[str, str]]:
+        yield ("a", "b")
+        raise TypeError("from the caller's generator")
+
+    with pytest.raises(TypeError, match="caller's generator"):
+        encode_headers(pairs())

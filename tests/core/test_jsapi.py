@@ -9,9 +9,11 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jscore import errors, jsapi
-from jscore.headers import Headers
+from jscore.headers import Headers, parse_header_block
 from jscore.models import ConsumerConfig, MsgGetResponse, RawStoredMsg, StreamConfig, StreamSource, decode_response
 
 UTC = timezone.utc
@@ -503,3 +505,103 @@ def test_parse_nats_time_largest_offset() -> None:
 def test_utc_offset_zero_is_utc() -> None:
     assert jsapi.parse_nats_time("2026-01-01T00:00:00+00:00").tzinfo is UTC
     assert jsapi.parse_nats_time("2026-01-01T00:00:00-05:00").utcoffset() == -timedelta(hours=5)
+
+
+# ---------------------------------------------------------------- direct get replies: the fast read
+# A reply whose block is exactly the server's own layout is read in one match; every other block
+# pair by pair. Both must give the same message and cursor (or both refuse).
+
+
+_SERVER_LINES = [
+    ("Nats-Stream", "KV_b"),
+    ("Nats-Subject", "$KV.b.k"),
+    ("Nats-Sequence", "42"),
+    ("Nats-Time-Stamp", "2026-11-25T03:08:22.42418774Z"),
+    ("Nats-Num-Pending", "7"),
+    ("Nats-Last-Sequence", "41"),
+    ("Nats-UpTo-Sequence", "99"),
+]
+
+
+def _read(headers: Headers) -> object:
+    try:
+        return jsapi.stored_msg_and_cursor(headers, b"data")
+    except errors.JetStreamError as exc:
+        return type(exc)
+
+
+# The server's order (some cursor lines left out), then a few changes: lines swapped, dropped
+# or repeated.
+_orders = st.tuples(
+    st.sampled_from([[0, 1, 2, 3], [0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 3, 6], [0, 1, 2, 3, 5]]),
+    st.lists(st.tuples(st.sampled_from(["swap", "drop", "repeat"]), st.integers(0, 6), st.integers(0, 6)), max_size=2),
+)
+
+
+def _changed(order_and_changes: tuple[list[int], list[tuple[str, int, int]]]) -> list[int]:
+    order, changes = order_and_changes
+    order = list(order)
+    for what, i, j in changes:
+        i, j = i % len(order), j % len(order)
+        if what == "swap":
+            order[i], order[j] = order[j], order[i]
+        elif what == "drop" and len(order) > 1:
+            del order[i]
+        elif what == "repeat":
+            order.insert(j, order[i])
+    return order
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    _orders.map(_changed),
+    st.tuples(st.integers(0, 8), st.sampled_from([" ", "\t", " \t ", "nats-", "NATS-", "X", "x1", ""])),
+    st.lists(st.sampled_from([("Own", "1"), ("nats-subject", "mine"), ("Nats-Sequence", "x")]), max_size=2),
+    st.booleans(),
+)
+def test_direct_reply_fast_read_agrees_with_the_pair_by_pair_read(
+    order: list[int], twist: tuple[int, str], own: list[tuple[str, str]], own_first: bool
+) -> None:
+    lines = []
+    for position, i in enumerate(order):
+        key, value = _SERVER_LINES[i]
+        if position == twist[0]:
+            change = twist[1]
+            if change.strip(" \t") == "":
+                value = change + value  # leading white space: stripped by both
+            elif change.lower() == "nats-":
+                key = change + key[5:]
+            else:
+                value = change  # garbage
+        lines.append(f"{key}: {value}")
+    own_lines = [f"{k}: {v}" for k, v in own]
+    lines = own_lines + lines if own_first else lines + own_lines
+    block = ("NATS/1.0\r\n" + "".join(line + "\r\n" for line in lines) + "\r\n").encode()
+    if not lines:
+        return
+    fast, _, _ = parse_header_block(block)
+    assert fast._unsplit() is not None
+    got = _read(fast)
+    slow = Headers(parse_header_block(block)[0].items())  # the same pairs, not the server's block
+    assert slow._unsplit() is None
+    assert got == _read(slow)
+
+
+def test_direct_reply_fast_read_of_the_servers_layout() -> None:
+    block = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in _SERVER_LINES)
+    headers, _, _ = parse_header_block(b"NATS/1.0\r\n" + block + b"\r\n")
+    msg, cursor = jsapi.stored_msg_and_cursor(headers, b"x")
+    assert headers._unsplit() is not None, "read without splitting the block"
+    assert (msg.stream, msg.subject, msg.seq, msg.headers, msg.data) == ("KV_b", "$KV.b.k", 42, None, b"x")
+    assert msg.time is not None and msg.time.ns % 1_000_000_000 == 424187740
+    assert cursor == ("7", "41", "99")
+
+
+def test_subject_matches() -> None:
+    from jscore.jsapi import subject_matches
+
+    assert subject_matches("a.b", "a.b") and not subject_matches("a.b", "a.c")
+    assert subject_matches("a.b", "a.*") and not subject_matches("a.b.c", "a.*")
+    assert subject_matches("a.b.c", "a.>") and not subject_matches("a", "a.>")
+    assert subject_matches("x.b.y", "*.b.*") and not subject_matches("x.c.y", "*.b.*")
+    assert subject_matches("a", ">") and not subject_matches("a.b", "a")

@@ -293,7 +293,7 @@ class W:
         for e in self.m.drain_events():
             if isinstance(e, SendRequested):
                 self.sent.append(e)
-            elif isinstance(e, K.KeyValueChanged):
+            elif isinstance(e, K.WatchChanged):
                 self.changes.append(e)
             else:
                 self.other.append(e)
@@ -363,3 +363,13 @@ def test_watch_machine_without_takes_a_full_buffer_waits() -> None:
     w.m.handle(MessagesTaken(count=4, size=400), w.now)
     w.pump()
     assert len(w.pulls()) == 2
+
+
+def test_a_missing_bucket_error_is_made_from_the_stream_error_once() -> None:
+    from jscore.errors import BucketNotFoundError, StreamNotFoundError
+
+    stream_error = StreamNotFoundError(404, 10059, "stream not found")
+    missing = BucketNotFoundError.of(stream_error, "cfg")
+    assert isinstance(missing, StreamNotFoundError) and missing.__cause__ is stream_error
+    assert (missing.code, missing.err_code) == (404, 10059) and "bucket 'cfg' not found" in str(missing)
+    assert BucketNotFoundError.of(missing, "other") is missing

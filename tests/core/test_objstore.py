@@ -237,3 +237,51 @@ def test_decode_info_any_bytes(data: bytes) -> None:
     except BadObjectMetaError:
         return
     assert isinstance(info, O.ObjectInfo) and isinstance(info.name, str)
+
+
+# =========================================================================== the watcher's decisions
+
+
+def _meta(name: str, deleted: bool = False) -> bytes:
+    return O.encode_meta(O.ObjectInfo(name=name, bucket="b", nuid="N", deleted=deleted))
+
+
+def _watch(w: O.ObjectWatchState, seq: int, pending: int, data: bytes) -> list[object]:
+    out = w.delivered(f"$O.b.M.{seq}", data, None, seq, T0, pending)
+    return [None if i is None else (i.name, bool(i.deleted), i.mtime) for i in out]
+
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+
+def test_object_watch_marker_after_the_current_objects() -> None:
+    from jscore.watch import WatchOptions
+
+    w = O.ObjectWatchState(WatchOptions())
+    assert w.created(2) == []
+    assert _watch(w, 1, 1, _meta("a")) == [("a", False, T0)]   # the message's time is the mtime
+    assert _watch(w, 2, 0, _meta("b", deleted=True)) == [("b", True, T0), None]
+    assert _watch(w, 3, 0, _meta("c")) == [("c", False, T0)]   # the marker once only
+    assert _watch(w, 3, 0, _meta("c")) == []                   # a repeated sequence is dropped
+    empty = O.ObjectWatchState(WatchOptions())
+    assert empty.created(0) == [None]                          # an empty bucket: at once
+    updates = O.ObjectWatchState(WatchOptions(updates_only=True))
+    assert updates.created(0) == [] and _watch(updates, 7, 0, _meta("n")) == [("n", False, T0)]
+
+
+def test_object_watch_ignore_deletes_and_bad_documents_keep_the_marker() -> None:
+    from jscore.watch import WatchOptions
+
+    w = O.ObjectWatchState(WatchOptions(ignore_deletes=True))
+    w.created(3)
+    assert _watch(w, 1, 2, _meta("a", deleted=True)) == []
+    assert w.skipped == []
+    assert _watch(w, 2, 1, b"not json") == []
+    assert w.skipped and w.skipped[0][0] == "$O.b.M.2" and "invalid object metadata" in w.skipped[0][1]
+    assert _watch(w, 3, 0, b"{}") == [None]  # not an object description either, and it ends the initial objects
+    with pytest.raises(InvalidOptionError):
+        O.ObjectWatchState(WatchOptions(meta_only=True))
+    with pytest.raises(InvalidOptionError):
+        WatchOptions(include_history=True, updates_only=True)
+    with pytest.raises(InvalidOptionError):
+        WatchOptions(ignore_deletes=1)  # type: ignore[arg-type]

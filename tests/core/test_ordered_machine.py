@@ -28,6 +28,8 @@ from jscore.headers import Headers
 from jscore.machine import ConnectionClosed, ConnectionLost, ConnectionRestored, SendRequested, Stop
 from jscore.ordered import (
     FLAP_WINDOW,
+    RECONNECT_RETRY,
+    RECONNECT_WINDOW,
     OrderedConsumerOptions,
     OrderedConsumerReset,
     OrderedConsumerState,
@@ -307,6 +309,42 @@ def test_reconnect_resets_and_waits_for_the_connection() -> None:
     assert h.of(ConsumerReconnected) == [ConsumerReconnected("nats://b:4222")]
     assert len(h.creates()) == 2 and h.create_config()["config"]["opt_start_seq"] == 2
     assert len(h.of(OrderedConsumerReset)) == 1, "one reset for one outage"
+
+
+def test_after_a_reconnect_a_not_ready_jetstream_is_retried_quickly() -> None:
+    """A restarted server: the connection comes back before JetStream can serve. The consumer
+    is created at once after the reconnect, and while the answer is 'not ready' (503 no
+    responders, 10008 no leader, no answer) it is asked again every 0.25 s for 10 s, without
+    strikes, instead of backing off 1, 2, 4 s (then the ordinary backoff takes over)."""
+    h = active_consume()  # (no delivery yet: a reset would otherwise count as a flap)
+    h.cmd(ConnectionLost())
+    h.advance(3.0)
+    h.cmd(ConnectionRestored(url="nats://a:4222"))
+    restored = h.now
+    sent_at = [h.now]
+    answers: list[tuple[bytes, int | None]] = [
+        (b"", 503),
+        (api_error(503, 10008, "JetStream system temporarily unavailable"), None),
+        (b"", 503),
+    ]
+    for data, code in answers:
+        h.create_answer(data, status=code)
+        assert h.st.strikes == 0
+        h.run_until(h.m.next_deadline() or 0.0)
+        sent_at.append(h.now)
+    assert [round(b - a, 6) for a, b in zip(sent_at, sent_at[1:])] == [RECONNECT_RETRY] * 3
+    h.created()
+    assert h.st.state is OrderedState.ACTIVE and h.pulls()
+    assert h.now - restored < 1.0
+
+
+def test_the_quick_retries_end_with_their_window() -> None:
+    h = H(consume_opts(), request_timeout=30.0)
+    h.cmd(ConnectionLost())
+    h.cmd(ConnectionRestored())
+    h.advance(RECONNECT_WINDOW)
+    h.create_answer(b"", status=503)  # (the first create was answered late: past the window)
+    assert h.st.strikes == 1 and h.m.next_deadline() == pytest.approx(h.now + 1.0)
 
 
 def test_reconnect_while_creating_retries_the_same_name() -> None:

@@ -33,14 +33,17 @@ from jscore.pull import (
     ConsumeTerminated,
     ConsumerCheckRequested,
     ConsumerGone,
+    ConsumerPresent,
     Drain,
     HeartbeatMissed,
     MessagesTaken,
     PinIdChanged,
     PinIdCleared,
+    PullEvent,
     PullRequested,
     StatusWarning,
     Stop,
+    heartbeat_check_after,
     resolve_consume_options,
 )
 
@@ -439,23 +442,113 @@ def test_no_responders_check_asks_the_transport_instead_of_ending() -> None:
     assert events(m) == []
 
 
+# ============================================================================ heartbeat check
+
+
+def test_a_late_heartbeat_asks_for_a_check_after_one_interval() -> None:
+    """heartbeat_check: nothing for one heartbeat (plus a quarter, at most 1 s) while a pull
+    is outstanding asks the transport about the consumer, once per silence; the consumer is
+    there and still nothing came: pending reset and a fresh pull at once, long before the
+    2 x heartbeat watchdog (a leader change the server did not announce to our pulls). The
+    watchdog still counts from the last message."""
+    m, _ = machine(max_messages=10, expires=30, heartbeat_check=True)  # heartbeat 15
+    assert heartbeat_check_after(15.0) == 16.0 and heartbeat_check_after(2.0) == 2.5
+    m.receive_msg(heartbeat(), 10.0)
+    assert m.next_deadline() == 26.0
+    m.handle_timeout(25.999)
+    assert events(m) == []
+    m.handle_timeout(26.0)
+    [check] = of_type(events(m), ConsumerCheckRequested)
+    assert isinstance(check.error, NoHeartbeatError)
+    assert m.next_deadline() == 40.0  # asked once: the watchdog is next
+    m.handle_timeout(27.0)
+    assert events(m) == []
+    m.handle(ConsumerPresent(), 26.2)
+    evs = events(m)
+    assert of_type(evs, HeartbeatMissed) == []
+    assert batches_of(evs) == [10] and m.pending_messages == 10 and not m.finished
+    assert m.next_deadline() == 40.0  # not asked again in this silence; the watchdog is next
+    m.handle(ConsumerPresent(), 27.0)  # (a second answer changes nothing)
+    assert events(m) == []
+    m.receive_msg(heartbeat(), 27.5)  # the new pull is served: a new silence is checked again
+    assert m.next_deadline() == 43.5
+
+
+def test_a_check_answered_after_activity_changes_nothing() -> None:
+    m, _ = machine(max_messages=10, expires=4, heartbeat_check=True)  # heartbeat 2: check at 2.5
+    m.handle_timeout(2.5)
+    assert of_type(events(m), ConsumerCheckRequested)
+    m.receive_msg(heartbeat(), 2.6)  # the heartbeat was only late
+    m.handle(ConsumerPresent(), 2.7)
+    assert events(m) == [] and m.pending_messages == 10
+    assert m.next_deadline() == pytest.approx(5.1)
+
+
+def test_a_check_finding_the_consumer_gone_ends_the_consume() -> None:
+    m, _ = machine(max_messages=10, expires=4, heartbeat_check=True)
+    m.handle_timeout(2.5)
+    events(m)
+    gone = ConsumerNotFoundError(404, 10014, "consumer not found")
+    m.handle(ConsumerGone(error=gone), 2.6)
+    [end] = of_type(events(m), ConsumeTerminated)
+    assert end.error is gone and m.finished
+
+
+def test_an_unanswered_check_leaves_the_watchdog_in_charge() -> None:
+    m, _ = machine(max_messages=10, expires=4, heartbeat_check=True)
+    m.handle_timeout(2.5)
+    assert of_type(events(m), ConsumerCheckRequested)
+    m.handle_timeout(4.0)
+    evs = events(m)
+    assert of_type(evs, HeartbeatMissed) and batches_of(evs) == [10]
+    m.handle(ConsumerPresent(), 4.1)  # (a late answer: the watchdog already re-pulled)
+    assert events(m) == []
+
+
+def test_without_heartbeat_check_nothing_is_asked() -> None:
+    m, _ = machine(max_messages=10, expires=4)
+    assert m.next_deadline() == 4.0
+    m.handle_timeout(3.0)
+    assert events(m) == []
+    m.handle(ConsumerPresent(), 3.0)
+    assert events(m) == []
+
+
+def test_heartbeat_check_must_be_a_bool() -> None:
+    with pytest.raises(InvalidOptionError):
+        resolve_consume_options(heartbeat_check=1)  # type: ignore[arg-type]
+
+
+def batches_of(evs: list[PullEvent]) -> list[int]:
+    return [body(p)["batch"] for p in pulls(evs)]
+
+
 def test_no_responders_check_must_be_a_bool() -> None:
     with pytest.raises(InvalidOptionError):
         resolve_consume_options(no_responders_check="yes")  # type: ignore[arg-type]
 
 
-def test_backoff_is_capped() -> None:
-    m, _ = machine(max_messages=10, no_responders_limit=100, no_responders_backoff=4.0)
+def _no_responder_delays(backoff: float, n: int = 5) -> list[float]:
+    m, _ = machine(max_messages=10, no_responders_limit=100, no_responders_backoff=backoff)
     now = 0.0
     delays = []
-    for _ in range(5):
+    for _ in range(n):
         m.receive_msg(status(503), now)
         deadline = m.next_deadline()
         assert deadline is not None
         delays.append(deadline - now)
         now = deadline
         m.handle_timeout(now)
-    assert delays == [4.0, 8.0, 10.0, 10.0, 10.0]
+    return delays
+
+
+def test_backoff_is_capped() -> None:
+    """503s (no consumer leader yet) are retried at least every 2 s: a consume resumes within
+    2 s of a consumer leader election, however long it took."""
+    assert _no_responder_delays(0.5) == [0.5, 1.0, 2.0, 2.0, 2.0]
+    assert _no_responder_delays(1.0) == [1.0, 2.0, 2.0, 2.0, 2.0]
+    # a first delay chosen longer than the cap is kept, not doubled
+    assert _no_responder_delays(4.0) == [4.0, 4.0, 4.0, 4.0, 4.0]
 
 
 def test_consumer_deleted_is_terminal() -> None:

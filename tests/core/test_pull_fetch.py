@@ -8,6 +8,7 @@ from jscore.errors import (
     PinIdMismatchError,
     ConnectionLostError,
     ConsumerDeletedError,
+    FetchTimeoutError,
     LocalProtocolError,
     MaxBytesExceededError,
     NoHeartbeatError,
@@ -25,7 +26,9 @@ from jscore.pull import (
     PinIdChanged,
     PinIdCleared,
     PullRequested,
+    NO_WAIT_SILENCE,
     Stop,
+    fetch_grace,
     resolve_fetch_options,
 )
 
@@ -101,7 +104,9 @@ def test_consumer_deleted() -> None:
     assert m.next_deadline() is None
 
 
-def test_client_timer_is_longer_than_expires_and_ends_without_error() -> None:
+def test_client_timer_is_longer_than_expires_and_ends_with_a_fetch_timeout() -> None:
+    """The server ends every pull (408 at expires): a client timer that runs out means a
+    silent server or a lost answer, and the result says so (the messages are kept)."""
     m, _ = fetch(max_messages=5, expires=2)
     deadline = m.next_deadline()
     assert deadline is not None and 2.0 < deadline <= 2.5
@@ -110,7 +115,33 @@ def test_client_timer_is_longer_than_expires_and_ends_without_error() -> None:
     assert not m.finished
     m.handle_timeout(deadline)
     end = finished(m)
-    assert (end.error, end.delivered, end.reason) == (None, 1, "client timer expired")
+    assert (end.delivered, end.reason, end.end) == (1, "client timer expired", FetchEnd.CLIENT_TIMER)
+    assert type(end.error) is FetchTimeoutError and isinstance(end.error, TimeoutError)
+    assert "1 message(s) arrived" in str(end.error)
+
+
+def test_a_no_wait_fetch_without_answer_ends_after_a_second_of_silence() -> None:
+    """A no_wait pull is answered at once and without pauses: a second without anything ends
+    it with FetchTimeoutError (it used to wait out the 5 s client timer with no error)."""
+    m, _ = fetch(max_messages=5, no_wait=True)
+    assert m.next_deadline() == NO_WAIT_SILENCE
+    m.handle_timeout(NO_WAIT_SILENCE - 0.001)
+    assert not m.finished
+    m.handle_timeout(NO_WAIT_SILENCE)
+    end = finished(m)
+    assert type(end.error) is FetchTimeoutError and end.end is FetchEnd.CLIENT_TIMER and end.delivered == 0
+    # messages keep it alive: the silence counts from the last one, then the 404 ends it cleanly
+    m, _ = fetch(max_messages=5, no_wait=True)
+    for t in (0.5, 1.2, 1.9):
+        m.receive_msg(user(), t)
+    m.handle_timeout(2.5)
+    assert not m.finished and m.next_deadline() == 1.9 + NO_WAIT_SILENCE
+    m.receive_msg(status(404, "No Messages"), 2.6)
+    end = finished(m)
+    assert (end.error, end.delivered, end.end) == (None, 3, FetchEnd.STATUS)
+    # with expires the server's own expiry applies (no silence rule)
+    m, _ = fetch(max_messages=5, no_wait=True, expires=3)
+    assert m.next_deadline() == 3 + fetch_grace(3)
 
 
 def test_late_messages_after_the_client_timer_are_ignored() -> None:
@@ -126,7 +157,7 @@ def test_late_messages_after_the_client_timer_are_ignored() -> None:
 def test_no_wait() -> None:
     m, p = fetch(max_messages=5, no_wait=True)
     assert p.body == b'{"batch":5,"no_wait":true}'
-    assert m.next_deadline() == 5.0
+    assert m.next_deadline() == NO_WAIT_SILENCE  # (the 5 s client timer is the outer bound)
     m.receive_msg(user(), 0.01)
     m.receive_msg(status(404, "No Messages"), 0.02)
     end = finished(m)
@@ -227,7 +258,7 @@ def test_every_end_is_typed() -> None:
     m, _ = fetch(max_messages=5, expires=1)
     m.handle_timeout(1.25)
     end = finished(m)
-    assert end.end is FetchEnd.CLIENT_TIMER and not end.server_ended and end.error is None
+    assert end.end is FetchEnd.CLIENT_TIMER and not end.server_ended and type(end.error) is FetchTimeoutError
 
     m, _ = fetch(max_messages=5, expires=2, heartbeat=0.5)
     m.handle_timeout(1.0)

@@ -107,3 +107,59 @@ def test_every_decoded_server_timestamp_is_exact() -> None:
     assert raw.time is not None and raw.time.ns % 10**9 == 123456789  # type: ignore[attr-defined]
     # Go's zero time is still "never".
     assert decode(b'{"created":"0001-01-01T00:00:00Z"}', ConsumerInfo).created is None
+
+
+# The server's own form (30 characters, nine digits, Z) has a fast path; it must give what the
+# general expression gives, and refuse what it refuses.
+_digits = st.sampled_from(list("0123456789") + ["٣", "²", "x", " "])
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.integers(min_value=0, max_value=2**62),
+    st.lists(st.tuples(st.integers(min_value=0, max_value=28), _digits), max_size=2),
+    st.integers(min_value=0, max_value=10),
+)
+def test_server_form_fast_path_agrees_with_the_general_form(ns: int, edits: list[tuple[int, str]], cut: int) -> None:
+    text = list(from_unix_ns(ns).rfc3339())
+    for index, char in edits:
+        text[index] = char
+    del text[29 - cut : 29]  # fewer digits, as Go writes a fraction with trailing zeros (or none)
+    stamp = "".join(text)
+    general = stamp[:-1] + "+00:00"  # the same time, not in the fast path's form
+    try:
+        expected: NatsTime | str = parse_nats_time(general)
+    except ValueError:
+        expected = "refused"
+    try:
+        got: NatsTime | str = parse_nats_time(stamp)
+    except ValueError:
+        got = "refused"
+    if isinstance(expected, NatsTime):
+        assert isinstance(got, NatsTime) and got.ns == expected.ns and got.tzinfo == expected.tzinfo
+        assert type(got) is NatsTime and got.nanosecond == expected.nanosecond
+    else:
+        assert got == "refused", stamp
+
+
+def test_server_form_fast_path_refuses_impossible_dates() -> None:
+    for stamp in ("2026-02-30T00:00:00.000000000Z", "2026-13-01T00:00:00.000000000Z", "2026-01-01T24:00:00.000000000Z"):
+        with pytest.raises(ValueError, match="^invalid timestamp"):
+            parse_nats_time(stamp)
+    assert parse_nats_time("2026-11-25T03:08:22.42418774Z").ns == parse_nats_time("2026-11-25T03:08:22.424187740Z").ns
+    t = parse_nats_time("2026-02-28T23:59:59.999999999Z")
+    assert t.ns == unix_ns(datetime(2026, 2, 28, 23, 59, 59, 999999, tzinfo=timezone.utc)) + 999
+    assert type(t) is NatsTime and t.nanosecond == 999 and t.tzinfo is timezone.utc
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(min_value=-(2**62), max_value=2**63))
+def test_utc_fast_path_of_from_unix_ns_agrees_with_the_general_one(ns: int) -> None:
+    fast = from_unix_ns(ns)
+    general = from_unix_ns(ns, timezone(timedelta(0)))  # (another object for UTC: the general path)
+    assert fast.ns == general.ns == ns
+    assert type(fast) is NatsTime and fast.tzinfo is timezone.utc
+    assert (fast.year, fast.month, fast.day, fast.hour, fast.minute, fast.second, fast.microsecond) == (
+        general.year, general.month, general.day, general.hour, general.minute, general.second, general.microsecond
+    )
+    assert fast.nanosecond == general.nanosecond

@@ -44,9 +44,10 @@ def test_stream_and_consumer_commands(nats_server: NatsServer, capsys: pytest.Ca
     assert main(["stream", "purge", "CLI_S", "--server", url]) == 0
     assert "purged 3 messages" in capsys.readouterr().out
     assert main(["stream", "rm", "CLI_S", "--server", url]) == 0
-    # typed errors become a message and exit status 2, not a traceback
-    assert main(["stream", "info", "CLI_S", "--server", url]) == 2
-    assert "StreamNotFoundError" in capsys.readouterr().err
+    # typed errors become one line naming what is missing and exit status 1, not a traceback;
+    # a wrong command line is status 2
+    assert main(["stream", "info", "CLI_S", "--server", url]) == 1
+    assert capsys.readouterr().err == "jssync stream info: stream CLI_S not found\n"
     assert main(["stream", "info", "--server", url]) == 2
 
 
@@ -82,7 +83,7 @@ def test_kv_commands(nats_server: NatsServer, capsys: pytest.CaptureFixture[str]
     assert main(["kv", "ls", "--server", url]) == 0
     assert "CLIKV\tvalues=" in capsys.readouterr().out
     assert main(["kv", "rm", "CLIKV", "--server", url]) == 0
-    assert main(["kv", "get", "CLIKV", "d", "--server", url]) == 2
-    assert "BucketNotFoundError" in capsys.readouterr().err
+    assert main(["kv", "get", "CLIKV", "d", "--server", url]) == 1
+    assert "bucket CLIKV not found" in capsys.readouterr().err
     assert main(["kv", "put", "X", "bad key", "v", "--server", url]) == 2
     assert "InvalidKeyError" in capsys.readouterr().err

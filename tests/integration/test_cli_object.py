@@ -33,12 +33,13 @@ def test_object_commands(nats_url: str, tmp_path: Path, capsys: pytest.CaptureFi
     info = json.loads(capsys.readouterr().out)
     assert info["size"] == 300000 and info["chunks"] == 300 and info["digest"].startswith("SHA-256=")
     assert main(["object", "rm", bucket, "other", *s]) == 0
-    assert main(["object", "get", bucket, "other", "-f", str(tmp_path / "x"), *s]) == 2
+    assert main(["object", "get", bucket, "other", "-f", str(tmp_path / "x"), *s]) == 1
     assert "ObjectNotFoundError" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
-    assert main(["object", "put", bucket, "n", "-f", str(tmp_path / "missing"), *s]) == 2
+    assert main(["object", "put", bucket, "n", "-f", str(tmp_path / "missing"), *s]) == 1
+    assert "missing" in capsys.readouterr().err
     assert main(["object", "ls", "bad.bucket", *s]) == 2
     assert "InvalidBucketNameError" in capsys.readouterr().err
     assert main(["object", "rm", bucket, *s]) == 0
-    assert main(["object", "ls", bucket, *s]) == 2
-    assert "BucketNotFoundError" in capsys.readouterr().err
+    assert main(["object", "ls", bucket, *s]) == 1
+    assert f"bucket {bucket} not found" in capsys.readouterr().err

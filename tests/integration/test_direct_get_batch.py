@@ -453,3 +453,38 @@ def test_an_abandoned_iterator_never_blocks_a_thread_holding_the_client_lock(env
     with env.nc._lock:
         del it  # a deadlock here would hang the test (and fail it on its timeout)
     wait_until(lambda: not env.inboxes(), timeout=2, what="the inbox to be unsubscribed")
+
+
+def test_concurrent_readers_each_get_every_message_in_order(env: Env) -> None:
+    """The iterator hands messages over through a buffer and wakes its reader once per arrival
+    of replies: readers faster and slower than the I/O thread, several at once on one client,
+    each get every message of their own call, in order, then the end."""
+    stream, p = env.stream()
+    subjects = [f"{p}.k{i}" for i in range(300)]
+    for s in subjects:
+        env.js.publish_async(s, s.encode())
+    env.js.publish_async_complete(timeout=10)
+    env.fill([])  # (the inboxes from here on are the direct gets')
+    failures: list[str] = []
+
+    def reader(slow: bool) -> None:
+        for _ in range(8):
+            it = stream.direct_get_last_for(f"{p}.>", batch=120)
+            got = []
+            for m in it:
+                got.append(m.subject)
+                if m.data != m.subject.encode():
+                    failures.append(f"{m.subject}: {m.data!r}")
+                if slow and len(got) % 37 == 0:
+                    time.sleep(0.002)  # (the I/O thread runs ahead: the buffer fills)
+            if got != subjects or it.error is not None or it.reason != "eob" or it.pages != 3:
+                failures.append(f"{len(got)} of {len(subjects)}, {it.reason} {it.error!r}, {it.pages} pages")
+
+    threads = [threading.Thread(target=reader, args=(i % 2 == 0,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads), "a reader hung"
+    assert failures == []
+    wait_until(lambda: not env.inboxes(), timeout=2, what="every inbox to be unsubscribed")

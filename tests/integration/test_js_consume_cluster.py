@@ -20,6 +20,7 @@ from jssync import Client
 from jssync.server import NatsCluster
 from tests.integration import EventLog, clients
 from tests.integration._jspull import unique, wait_until
+from tests.support.proxy import FaultProxy
 
 __all__ = ["clients"]
 
@@ -154,6 +155,97 @@ def test_consume_survives_consumer_leader_stepdowns(
     assert cc.error is None and not log.of(P.ConsumeTerminated)
     gap = _max_gap(times, t_start + 1.0, t_pub_end)
     assert gap <= EXPIRES + 2 * HB + 1.0, f"delivery stalled for {gap:.2f}s"
+
+
+def _leader_index(cluster: NatsCluster, ctl: Client, stream: str) -> int:
+    leader: list[str | None] = [None]
+
+    def known() -> bool:
+        leader[0] = _leader(ctl, stream)
+        return leader[0] is not None
+
+    wait_until(known, 10.0, what="the consumer leader")
+    return next(i for i, s in enumerate(cluster.servers) if s.name == leader[0])
+
+
+def _step_down(ctl: Client, stream: str) -> None:
+    reply = json.loads(ctl.request(f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.D", b"", timeout=5.0).data)
+    assert reply.get("success"), reply
+
+
+def _first_after(ledger: Ledger, mid: str, timeout: float) -> float:
+    """When ``mid`` was read (monotonic), waiting up to ``timeout``."""
+    wait_until(lambda: mid in ledger.read_ids(), timeout, what=f"the delivery of {mid}")
+    with ledger.lock:
+        return next(t for t, i in ledger.read if i == mid)
+
+
+@pytest.mark.timeout(60)
+def test_consume_with_default_options_resumes_within_5s_of_a_leader_step_down(
+    nats_cluster: NatsCluster, clients: Callable[..., Client]
+) -> None:
+    """R3 durable consume with the default options (expires 30 s, heartbeat 15 s), the client
+    connected to the consumer leader's node; the leader steps down: the new leader's 409
+    Leadership Change makes the consume pull again at once, so a message published after the
+    step-down arrives within 5 s, not after the 2 x 15 s watchdog."""
+    _, ctl, stream, subject = _setup(nats_cluster, clients)
+    nc = clients(nats_cluster.servers[_leader_index(nats_cluster, ctl, stream)].url)
+    ledger = Ledger()
+    log = EventLog()
+    cc = nc.jetstream().consumer(stream, "D").consume(ledger.handler, on_event=log)
+    js = ctl.jetstream()
+    try:
+        js.publish(subject, b"before", timeout=5.0)
+        _first_after(ledger, "before", 10.0)
+        for round_ in range(3):
+            old = _leader(ctl, stream)
+            stepped = time.monotonic()
+            _step_down(ctl, stream)
+            wait_until(lambda: _leader(ctl, stream) not in (None, old), 10.0, what="a new leader")
+            mid = f"after-{round_}"
+            js.publish(subject, mid.encode(), timeout=5.0)
+            took = _first_after(ledger, mid, 40.0) - stepped
+            assert took < 5.0, f"round {round_}: the consume resumed {took:.2f} s after the step-down"
+    finally:
+        cc.stop()
+    assert cc.wait(1.0)
+    assert cc.error is None and not log.of(P.ConsumeTerminated)
+
+
+@pytest.mark.timeout(60)
+def test_a_step_down_the_pulls_are_not_told_of_is_recovered_in_one_heartbeat(
+    nats_cluster: NatsCluster, clients: Callable[..., Client], fault_proxy: Callable[..., FaultProxy]
+) -> None:
+    """The same step-down, but the 409 Leadership Change never reaches the client (the proxy
+    drops it, as when the new leader did not know of our pull): the server says nothing. A
+    heartbeat late by one interval makes the client ask for the consumer's info; it exists, so
+    the consume pulls again at once: recovered after about 1.25 x heartbeat of silence, before
+    the 2 x heartbeat watchdog would report the heartbeats missed."""
+    hb = 2.0
+    _, ctl, stream, subject = _setup(nats_cluster, clients)
+    proxy = fault_proxy(nats_cluster.servers[_leader_index(nats_cluster, ctl, stream)].url)
+    told = proxy.drop_frames("down", lambda f: b"409 Leadership Change" in f)
+    nc = clients(proxy.url)
+    ledger = Ledger()
+    log = EventLog()
+    cc = nc.jetstream().consumer(stream, "D").consume(ledger.handler, expires=30.0, heartbeat=hb, on_event=log)
+    js = ctl.jetstream()
+    try:
+        js.publish(subject, b"before", timeout=5.0)
+        _first_after(ledger, "before", 10.0)
+        old = _leader(ctl, stream)
+        _step_down(ctl, stream)
+        wait_until(lambda: _leader(ctl, stream) not in (None, old), 10.0, what="a new leader")
+        js.publish(subject, b"after", timeout=5.0)
+        _first_after(ledger, "after", 20.0)
+    finally:
+        cc.stop()
+    assert cc.wait(1.0)
+    assert told.matched >= 1, "the proxy saw no 409 Leadership Change to drop"
+    # recovered by the check (one interval late), not by the 2 x heartbeat watchdog
+    missed = log.of(P.HeartbeatMissed)
+    assert not missed, [m.idle_for for m in missed]
+    assert cc.error is None and not log.of(P.ConsumeTerminated)
 
 
 @pytest.mark.timeout(60)

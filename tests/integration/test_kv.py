@@ -56,6 +56,11 @@ def test_bucket_layout_and_lifecycle(nats_url: str, clients: Callable[..., Clien
     assert js.key_value(name).bucket == name
     js.update_key_value(name, history=7)
     assert js.key_value(name).status().history == 7
+    from jscore.models import Placement
+
+    js.create_or_update_key_value(name, history=7, compression=True, placement=Placement(tags=["any"]))
+    cfg = js.stream_info(f"KV_{name}").config
+    assert kv.status().is_compressed and cfg.placement == Placement(tags=["any"]) and not cfg.max_age
     js.delete_key_value(name)
     with pytest.raises(BucketNotFoundError):
         js.key_value(name)
@@ -270,10 +275,24 @@ def test_watch_of_a_deleted_bucket_ends_with_a_typed_error(nats_url: str, client
     w = kv.watch()
     assert w.next(5.0) is not None and w.next(5.0) is None
     js.delete_key_value(kv.bucket)
-    with pytest.raises(StreamNotFoundError):
-        while True:
-            w.next(10.0)
+    with pytest.raises(BucketNotFoundError) as ended:  # (a StreamNotFoundError too)
+        while True:  # (at worst missed heartbeats end it: 2 x 5 s, and a re-create)
+            w.next(30.0)
+    assert isinstance(ended.value, StreamNotFoundError) and kv.bucket in str(ended.value)
     w.stop()
+
+
+def test_callback_watch_of_a_deleted_bucket_keeps_the_typed_error(
+    nats_url: str, clients: Callable[..., Client]
+) -> None:
+    js = clients(nats_url).jetstream()
+    kv = js.create_key_value(_bucket())
+    caught_up = threading.Event()
+    w = kv.watch(callback=lambda e: caught_up.set() if e is None else None)
+    assert caught_up.wait(5.0)
+    js.delete_key_value(kv.bucket)
+    assert w.wait(30.0), "the watch did not end when its bucket was deleted"
+    assert isinstance(w.error, BucketNotFoundError), w.error
 
 
 def test_purge_deletes(nats_url: str, clients: Callable[..., Client]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import secrets
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -23,7 +24,7 @@ from jscore.errors import (
 )
 from jssync import Client, JetStream, ObjectStore
 from jssync.server import NatsServer
-from tests.integration import clients  # noqa: F401 - fixture
+from tests.integration import clients, wait_until  # noqa: F401 - fixture
 
 
 @pytest.fixture
@@ -154,6 +155,51 @@ def test_seal_status_names(js: JetStream, obs: ObjectStore) -> None:
     assert obs.get_bytes("a") == b"x" * 10
 
 
+def test_update_and_create_or_update_object_store(js: JetStream) -> None:
+    from jscore.errors import InvalidStreamConfigError, JetStreamAPIError
+    from jscore.models import Compression, Placement
+
+    bucket = "upd" + secrets.token_hex(4)
+    with pytest.raises(BucketNotFoundError):
+        js.update_object_store(bucket, description="nothing there")
+    obs = js.create_or_update_object_store(bucket, description="first")  # created
+    obs.put("kept", b"data")
+    try:
+        up = js.update_object_store(
+            bucket, description="second", max_bytes=10_000_000, ttl=3600.0, metadata={"team": "ops"},
+            compression=True, placement=Placement(tags=["any"]),
+        )
+        cfg = js.stream_info(f"OBJ_{bucket}").config
+        assert cfg.description == "second" and cfg.max_bytes == 10_000_000 and cfg.max_age == 3600.0
+        assert cfg.compression is Compression.S2 and cfg.placement == Placement(tags=["any"])
+        assert (cfg.metadata or {}).get("team") == "ops"
+        st = up.status()
+        assert st.description == "second" and st.ttl == 3600.0 and st.is_compressed
+        assert up.get_bytes("kept") == b"data"  # the objects stay
+        # a short TTL: the duplicate window follows it (as at creation)
+        js.update_object_store(bucket, ttl=30.0)
+        assert js.stream_info(f"OBJ_{bucket}").config.max_age == 30.0
+        # replaces the whole configuration: what is not given takes its default
+        again = js.create_or_update_object_store(bucket)
+        cfg = js.stream_info(f"OBJ_{bucket}").config
+        assert cfg.description is None and cfg.max_bytes == -1 and not cfg.max_age
+        assert again.get_bytes("kept") == b"data"
+        # changes the server refuses: its typed errors
+        with pytest.raises(InvalidStreamConfigError, match="storage type"):
+            js.update_object_store(bucket, storage="memory")
+        with pytest.raises(JetStreamAPIError, match="replicas"):
+            js.update_object_store(bucket, replicas=3)
+        with pytest.raises(InvalidOptionError):
+            js.update_object_store(bucket, compression="s2")  # type: ignore[typeddict-item]
+        with pytest.raises(TypeError):
+            js.update_object_store(bucket, history=3)  # type: ignore[call-arg]
+        again.seal()
+        with pytest.raises(InvalidStreamConfigError, match="unseal"):
+            js.update_object_store(bucket, description="after the seal")
+    finally:
+        js.delete_object_store(bucket)
+
+
 def test_bad_input_before_sending(js: JetStream, obs: ObjectStore) -> None:
     with pytest.raises(InvalidBucketNameError):
         js.object_store("a.b")
@@ -236,6 +282,104 @@ def test_watch(obs: ObjectStore) -> None:
         obs.put("c", b"3")
         got = w.next(5.0)
         assert got is not None and got.name == "c"
+
+
+def _callback_watch(obs: ObjectStore, **options: object) -> tuple[list[object], threading.Condition, object]:
+    got: list[object] = []
+    cond = threading.Condition()
+
+    def cb(info: O.ObjectInfo | None) -> None:
+        assert threading.current_thread() is not threading.main_thread()
+        with cond:
+            got.append(None if info is None else (info.name, info.deleted))
+            cond.notify_all()
+
+    w = obs.watch(callback=cb, **options)  # type: ignore[arg-type]
+    return got, cond, w
+
+
+def _wait_for(got: list[object], cond: threading.Condition, n: int, timeout: float = 10.0) -> list[object]:
+    with cond:
+        assert cond.wait_for(lambda: len(got) >= n, timeout), f"only {got} of {n} items"
+        return list(got)
+
+
+def test_watch_callback_form(obs: ObjectStore) -> None:
+    got, cond, w = _callback_watch(obs)  # empty bucket: the marker at once
+    assert _wait_for(got, cond, 1) == [None]
+    obs.put("a", b"1")
+    obs.delete("a")
+    assert _wait_for(got, cond, 3) == [None, ("a", False), ("a", True)]
+    w.stop()
+    assert w.wait(5.0) and w.error is None
+
+    obs.put("b", b"2")
+    obs.put("b", b"3")
+    got, cond, w = _callback_watch(obs)  # the latest of each object, then the marker
+    assert _wait_for(got, cond, 3) == [("a", True), ("b", False), None]
+    w.stop()
+    got, cond, w = _callback_watch(obs, ignore_deletes=True)
+    assert _wait_for(got, cond, 2) == [("b", False), None]
+    w.stop()
+    got, cond, w = _callback_watch(obs, include_history=True)  # (metadata is rolled up: one per object)
+    assert _wait_for(got, cond, 3) == [("a", True), ("b", False), None]
+    w.stop()
+    got, cond, w = _callback_watch(obs, updates_only=True)
+    obs.put("c", b"4")
+    assert _wait_for(got, cond, 1) == [("c", False)]
+    w.stop()
+    assert w.wait(5.0)
+    assert got == [("c", False)]  # never the marker with updates_only
+    wait_until(lambda: list(obs._stream.consumer_names()) == [], 10, what="every stopped watch to delete its consumer")
+
+
+@pytest.mark.parametrize("how", ["restart", "kill"])
+def test_watch_callback_survives_a_server_restart(
+    how: str, nats_server: NatsServer, clients: Callable[..., Client]  # noqa: F811
+) -> None:
+    """A graceful restart or a crash: every change written afterwards, by another client,
+    reaches the callback once and in order."""
+    js = clients(nats_server.url).jetstream(timeout=5.0)
+    obs = js.create_object_store("restart_cb")
+    obs.put("o0", b"0")
+    got, cond, w = _callback_watch(obs)
+    assert _wait_for(got, cond, 2) == [("o0", False), None]
+    for i in range(1, 4):
+        obs.put(f"o{i}", b"x")
+    _wait_for(got, cond, 5)
+    if how == "kill":
+        nats_server.kill()
+        nats_server.start()
+    else:
+        nats_server.restart()
+    writer = clients(nats_server.url).jetstream(timeout=10.0).object_store("restart_cb", timeout=10.0)
+    for i in range(4, 8):
+        writer.put(f"o{i}", b"y", timeout=10.0)
+    writer.delete("o1", timeout=10.0)
+    expected = [("o0", False), None] + [(f"o{i}", False) for i in range(1, 8)] + [("o1", True)]
+    assert _wait_for(got, cond, len(expected), 20.0) == expected
+    w.stop()
+    assert w.wait(5.0)
+    assert got == expected  # nothing twice
+
+
+def test_watch_of_a_deleted_bucket_ends_with_bucket_not_found(js: JetStream) -> None:
+    """As the docs say: a deleted bucket ends the watch with BucketNotFoundError, raised by
+    next() or kept in watcher.error with a callback."""
+    bucket = "wdel" + secrets.token_hex(4)
+    obs = js.create_object_store(bucket, storage="memory")
+    obs.put("a", b"1")
+    w = obs.watch()
+    caught_up = threading.Event()
+    cw = obs.watch(callback=lambda info: caught_up.set() if info is None else None)
+    assert w.next(5.0) is not None and w.next(5.0) is None and caught_up.wait(5.0)
+    js.delete_object_store(bucket)
+    with pytest.raises(BucketNotFoundError):
+        while True:
+            w.next(10.0)
+    w.stop()
+    assert cw.wait(10.0), "the callback watch did not end when its bucket was deleted"
+    assert isinstance(cw.error, BucketNotFoundError), cw.error
 
 
 class _Failing:

@@ -34,3 +34,20 @@ def test_r3_bucket_survives_a_node(nats_cluster: NatsCluster, clients: Callable[
         except Exception:
             continue
     assert got == data
+
+
+def test_update_object_store_to_three_replicas(nats_cluster: NatsCluster, clients: Callable[..., Client]) -> None:  # noqa: F811
+    """On a cluster the server allows R1 -> R3 (a single server refuses it); the objects stay."""
+    js = clients(nats_cluster.urls).jetstream(timeout=10.0)
+    js.create_object_store("grow", description="r1")
+    data = secrets.token_bytes(300_000)
+    js.object_store("grow").put("o", data)
+    obs = js.update_object_store("grow", replicas=3, description="r3")
+    st = obs.status()
+    assert (st.replicas, st.description) == (3, "r3")
+    assert obs.get_bytes("o") == data
+    from jscore.errors import JetStreamAPIError
+
+    with pytest.raises(JetStreamAPIError, match="no suitable peers") as refused:
+        js.update_object_store("grow", replicas=5)  # more than the cluster has: the server's error
+    assert refused.value.err_code == 10005

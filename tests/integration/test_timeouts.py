@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import jssync
-from jscore.errors import InvalidOptionError, PubAckTimeoutError
+from jscore.errors import ConnectionLostError, FetchTimeoutError, InvalidOptionError, PubAckTimeoutError
 from jssync import Client
 from tests.integration import clients  # noqa: F401  (fixture)
 from tests.support.proxy import FaultProxy
@@ -169,5 +169,126 @@ def test_connect_has_the_signature_of_client() -> None:
     params = inspect.signature(jssync.connect).parameters
     assert {"servers", "connect_timeout", "reconnect_wait", "pending_bytes_limit"} <= set(params)
     assert params == inspect.signature(jssync.Client).parameters
+    assert inspect.signature(jssync.connect).return_annotation is jssync.Client  # what help() shows
     with pytest.raises(TypeError, match="conect_timeout"):
         jssync.connect("nats://127.0.0.1:1", conect_timeout=1.0)  # type: ignore[call-arg]
+
+
+# ---------------------------------------------------------------- pulls against a silent server
+
+
+@pytest.fixture
+def paused_pull_env(
+    nats_server_factory: Callable[..., Any], clients: Callable[..., Client]
+) -> Iterator[tuple[Any, Client, Any, Any]]:
+    """A stream with 3 messages, a durable pull consumer and an ordered consumer, then the
+    server is paused (SIGSTOP). The client's pings are slow (30 s), so the link is not found
+    stale during the test: the server is simply silent."""
+    srv = nats_server_factory()
+    nc = clients(srv.url, ping_interval=30.0)
+    js = nc.jetstream()
+    js.create_stream(name="SIL", subjects=["sil.>"], storage="memory")
+    for i in range(3):
+        js.publish("sil.a", b"%d" % i)
+    consumer = js.create_consumer("SIL", durable_name="D")
+    oc = js.ordered_consumer("SIL")
+    assert [m.data for m in oc.fetch(3, expires=1.0)] == [b"0", b"1", b"2"]  # (its consumer is ready)
+    srv.pause()
+    try:
+        yield srv, nc, consumer, oc
+    finally:
+        srv.resume()
+
+
+def test_a_fetch_from_a_silent_server_ends_by_its_deadline_and_says_so(
+    paused_pull_env: tuple[Any, Client, Any, Any],
+) -> None:
+    """The server never ends the pull (no 408): the fetch ends by its client timer (expires +
+    grace) with FetchTimeoutError, a TimeoutError, rather than looking like an empty stream;
+    next() raises it."""
+    _, _, consumer, _ = paused_pull_env
+    t0 = time.monotonic()
+    result = consumer.fetch(10, expires=1.0)
+    assert result.messages() == []
+    took = time.monotonic() - t0
+    assert isinstance(result.error, FetchTimeoutError) and isinstance(result.error, TimeoutError), result.error
+    assert 1.0 <= took < 2.5, f"the fetch took {took:.2f} s"
+    t0 = time.monotonic()
+    with pytest.raises(FetchTimeoutError):
+        consumer.next(timeout=1.0)
+    assert time.monotonic() - t0 < 2.5
+
+
+def test_a_no_wait_fetch_from_a_silent_server_ends_within_a_second_or_so(
+    paused_pull_env: tuple[Any, Client, Any, Any],
+) -> None:
+    """A no_wait pull is answered at once by a live server: one second without an answer ends
+    it with FetchTimeoutError (it used to wait 5 s and end with no error at all)."""
+    _, _, consumer, _ = paused_pull_env
+    t0 = time.monotonic()
+    result = consumer.fetch(10, no_wait=True)
+    assert result.messages() == []
+    took = time.monotonic() - t0
+    assert isinstance(result.error, FetchTimeoutError), result.error
+    assert took < 2.0, f"the no_wait fetch took {took:.2f} s"
+
+
+def test_ordered_next_and_fetch_keep_the_caller_s_deadline_against_a_silent_server(
+    paused_pull_env: tuple[Any, Client, Any, Any],
+) -> None:
+    """The ordered consumer's next(timeout) and fetch(expires) return by their own deadline
+    (plus the grace) while the server is paused, whatever resets happen underneath."""
+    _, _, _, oc = paused_pull_env
+    for _ in range(2):
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            oc.next(timeout=1.0)
+        assert time.monotonic() - t0 < 2.0
+        t0 = time.monotonic()
+        try:  # (a TimeoutError when no server consumer could even be made ready in its time)
+            assert list(oc.fetch(10, expires=1.0)) == []
+        except TimeoutError:
+            pass
+        assert time.monotonic() - t0 < 2.0
+    assert oc.state.resets >= 1  # the pull the server never ended was given up
+
+
+def test_a_fetch_cut_off_by_a_lost_connection_says_so(
+    nats_server_factory: Callable[..., Any], clients: Callable[..., Client]
+) -> None:
+    """The connection drops while a fetch waits: it ends at once with ConnectionLostError."""
+    srv = nats_server_factory()
+    nc = clients(srv.url)
+    js = nc.jetstream()
+    js.create_stream(name="LOST", subjects=["lost.>"], storage="memory")
+    consumer = js.create_consumer("LOST", durable_name="D")
+    result = consumer.fetch(10, expires=10.0)
+    threading.Timer(0.3, srv.kill).start()
+    t0 = time.monotonic()
+    assert result.messages() == []
+    assert isinstance(result.error, ConnectionLostError), result.error
+    assert time.monotonic() - t0 < 3.0
+
+
+def test_a_no_wait_fetch_at_max_ack_pending_is_held_silent_by_a_live_server(
+    nats_server_factory: Callable[..., Any], clients: Callable[..., Client]
+) -> None:
+    """A live server holds a no_wait pull without a word while the consumer is at
+    max_ack_pending: the fetch ends by the silence rule (FetchTimeoutError, saying that this
+    may be the cause, not only a dead server) and loses nothing: once the first message is
+    acked the next no_wait fetch gets the second."""
+    srv = nats_server_factory()
+    js = clients(srv.url).jetstream()
+    js.create_stream(name="MAP", subjects=["map.>"], storage="memory")
+    for i in range(3):
+        js.publish("map.a", b"%d" % i)
+    consumer = js.create_consumer("MAP", durable_name="D", max_ack_pending=1)
+    [first] = consumer.fetch(1, no_wait=True).messages()
+    t0 = time.monotonic()
+    held = consumer.fetch(1, no_wait=True)
+    assert held.messages() == []
+    assert time.monotonic() - t0 < 2.0
+    assert isinstance(held.error, FetchTimeoutError), held.error
+    assert "max_ack_pending" in str(held.error), held.error
+    first.ack_sync()
+    assert [m.data for m in consumer.fetch(1, no_wait=True).messages()] == [b"1"]

@@ -35,7 +35,7 @@ def _spark_unavailable() -> str | None:
         import pyarrow  # noqa: F401
         import pyspark  # noqa: F401
     except ImportError as exc:
-        return f"pyspark/pyarrow not installed ({exc}); pip install 'jssync[spark]'"
+        return f"pyspark/pyarrow not installed ({exc}); pip install -e '.[spark]' in the checkout"
     java_home = os.environ.get("JAVA_HOME")
     java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
     if not java or not os.path.exists(java):

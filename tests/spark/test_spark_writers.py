@@ -8,6 +8,7 @@ subject mode.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -259,3 +260,57 @@ def test_write_batch_checks_columns_and_ids_on_the_driver(spark: Any, nats_url: 
         write_batch(df, 0, servers=nats_url, query_id="q")
     with pytest.raises(InvalidOptionError, match="^msgIdColumn: "):
         write_batch(df, 0, servers=nats_url, subject="x.y", msg_id_column="key")
+
+
+# --------------------------------------------------------------------------- value_format
+
+
+def test_writer_functions_serialise_columns_like_the_data_source(spark: Any, nats_url: str, js: Any, names: Any) -> None:
+    """value_format="json" in publish_partition and write_batch: each payload is the row's
+    columns (or its struct column ``value``) exactly as the data source's valueFormat=json
+    writes the same DataFrame; value_format="string" writes the data column as text."""
+    from datetime import datetime, timezone
+    from decimal import Decimal
+
+    from jssync.spark import JetStreamDataSource
+
+    spark.dataSource.register(JetStreamDataSource)
+    js.create_stream(name=names.stream, subjects=[names.subject + ".>"])
+    rows = [(i, f"n{i}", Decimal(f"{i}.25"), datetime(2025, 1, 31, 12, i, tzinfo=timezone.utc), [i, None],
+             {"k": i}, bytes([i])) for i in range(20)]
+    df = spark.createDataFrame(rows, "id long, name string, price decimal(10,2), at timestamp, "
+                                     "tags array<int>, attrs map<string,int>, raw binary").repartition(3)
+
+    def written(tag: str) -> dict[int, bytes]:
+        out = {}
+        for m in js.ordered_consumer(names.stream, filter_subjects=[f"{names.subject}.{tag}"]).fetch(100, expires=2.0):
+            out[int(json.loads(m.data).get("id", -1))] = m.data
+        return out
+
+    df.write.format("jetstream").option("servers", nats_url).option("subject", f"{names.subject}.ds") \
+        .option("valueFormat", "json").option("minDuplicateWindow", "0").mode("append").save()
+    want = written("ds")
+    assert len(want) == 20 and want[3] == (
+        b'{"id":3,"name":"n3","price":3.25,"at":"2025-01-31T12:03:00Z","tags":[3,null],"attrs":{"k":3},"raw":"Aw=="}'
+    )
+    run = make_write_id()
+    subject = f"{names.subject}.fp"
+    df.foreachPartition(lambda it: publish_partition(it, servers=nats_url, subject=subject, run_id=run,
+                                                     value_format="json"))
+    assert written("fp") == want
+    assert write_batch(df, 0, servers=nats_url, subject=f"{names.subject}.wb", query_id="vf",
+                       value_format="json") == 20
+    assert written("wb") == want
+    # A struct column `value` is the payload object; the subject column is not serialised.
+    nested = df.selectExpr("struct(id, name) as value", f"'{names.subject}.nested' as subject")
+    assert write_batch(nested, 0, servers=nats_url, query_id="vf2", value_format="json") == 20
+    assert written("nested")[3] == b'{"id":3,"name":"n3"}'
+    texts = df.selectExpr("id * 2 as data")
+    assert write_batch(texts, 0, servers=nats_url, subject=f"{names.subject}.txt", query_id="vf3",
+                       value_format="string") == 20
+    got = sorted(int(m.data) for m in js.ordered_consumer(names.stream, filter_subjects=[f"{names.subject}.txt"]).fetch(100, expires=2.0))
+    assert got == [2 * i for i in range(20)]
+    from jscore.errors import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError, match="^valueFormat: json serialises a struct column 'value'"):
+        write_batch(df.select("id").selectExpr("'x' as subject"), 0, servers=nats_url, query_id="q", value_format="json")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from jscore.errors import InvalidOptionError, MaxMsgsError
+from jscore.errors import InvalidOptionError, MaxMsgsError, NoStreamResponseError
 from jssync.spark import _cache
 from jssync.spark._config import NatsConfig, WriteOptions
 from jssync.spark._writer import (
@@ -442,6 +442,7 @@ def test_write_rows_shapes_headers_and_counts(server: NatsServer) -> None:
 
 
 def test_write_rows_errors(server: NatsServer) -> None:
+    _js(server.url).create_stream(name="A", subjects=["a"])
     cfg = NatsConfig(servers=(server.url,))
     with pytest.raises(InvalidOptionError, match="^subject: "):
         write_rows([{"data": b"x"}], cfg, WriteOptions(), write_id="w", partition_id=0)
@@ -470,7 +471,9 @@ def test_no_stream_yet_is_retried_with_the_same_ids(server: NatsServer) -> None:
     timer = threading.Timer(0.6, lambda: js.create_stream(name="LATE", subjects=["late.>"]))
     timer.start()
     try:
-        r = write_partition([f"{i}" for i in range(200)], cfg, WriteOptions(subject="late.x", retries=8), write_id="w", partition_id=0)
+        # (checkSubjects=false: no stream-lookup before publishing, so the 503s are met and retried)
+        wo = WriteOptions(subject="late.x", retries=8, check_subjects=False)
+        r = write_partition([f"{i}" for i in range(200)], cfg, wo, write_id="w", partition_id=0)
     finally:
         timer.join()
     assert r.written == 200 and r.resent > 0
@@ -560,7 +563,7 @@ def test_clear_message_when_spark_packages_are_missing(missing: str) -> None:
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 4
     for line in lines:
-        assert f"({missing} is not installed)" in line and "pip install 'jssync[spark]'" in line
+        assert f"({missing} is not installed)" in line and "pip install -e '.[spark]'" in line
 
 
 # --------------------------------------------------------------------------- the foreach writer, without Spark
@@ -573,9 +576,15 @@ def test_foreach_writer_lifecycle_without_spark(server: NatsServer) -> None:
 
     js = _js(server.url)
     js.create_stream(name="FE", subjects=["fe.>"])
+    with pytest.raises(NoStreamResponseError, match="^subject: no stream captures 'nowhere.x'"):
+        JetStreamForeachWriter(servers=server.url, subject="nowhere.x", run_id="q1")  # checked on the driver
+    lazy = JetStreamForeachWriter(servers=server.url, subject="nowhere.x", run_id="q1", driver_check=False)
+    assert not lazy.options.checked
+    _cache.close_all()
     writer = JetStreamForeachWriter(servers=server.url, subject="fe.x", run_id="q1", password="hunter2")
     assert "hunter2" not in repr(writer)
-    assert _cache.cached_configs() == []  # the constructor does not connect
+    assert writer.options.checked  # the executors do not check again
+    assert pickle.loads(pickle.dumps(writer)).options.checked
     assert writer.open(3, 7) is True
     assert len(_cache.cached_configs()) == 1
     for i in range(10):
@@ -615,3 +624,376 @@ def test_empty_partition_does_not_connect(monkeypatch: pytest.MonkeyPatch) -> No
     assert (r.written, r.duplicates, r.resent) == (0, 0, 0)
     with pytest.raises(InvalidOptionError, match="^run_id: "):
         write_partition([], A, WriteOptions(subject="a"), write_id=None, partition_id=0)
+
+
+# --------------------------------------------------------------------------- option names (no Spark)
+
+
+def test_unknown_option_names_the_closest_known_one() -> None:
+    from jssync.spark._options import normalize
+
+    with pytest.raises(InvalidOptionError, match=r"^maxPendng: unknown option .*did you mean maxPending\?"):
+        normalize({"servers": "nats://x:1", "maxPendng": "10"}, "write")
+    # PySpark hands lower-cased keys: the message still names the documented spelling.
+    with pytest.raises(InvalidOptionError, match=r"^maxpendng: .*did you mean maxPending\?"):
+        normalize({"maxpendng": "10"}, "write")
+    with pytest.raises(InvalidOptionError, match=r"^startingOffset: .*did you mean startingOffsets\?"):
+        normalize({"stream": "S", "startingOffset": "earliest"}, "read")
+    with pytest.raises(InvalidOptionError, match=r"^zzzz: unknown option of the jetstream source$"):
+        normalize({"zzzz": "1"}, "read")
+    # Case-insensitive like Spark's options; the keys come back lower-cased.
+    assert normalize({"STREAM": "S", "StartingOffsets": "earliest"}, "read") == {"stream": "S", "startingoffsets": "earliest"}
+
+
+def test_options_of_the_other_side_are_refused() -> None:
+    from jssync.spark._options import normalize
+
+    with pytest.raises(InvalidOptionError, match=r"^subject: a write option; .*subjects"):
+        normalize({"stream": "S", "subject": "a.b"}, "read")
+    with pytest.raises(InvalidOptionError, match=r"^subjects: a read option; a write does not take it"):
+        normalize({"subjects": "a.b"}, "write")
+    with pytest.raises(InvalidOptionError, match=r"^mode: a read option; .*\.mode\('append'\)"):
+        normalize({"mode": "overwrite"}, "write")
+    with pytest.raises(InvalidOptionError, match=r"^endingOffsets: only valid for a batch read"):
+        normalize({"endingOffsets": "latest"}, "stream_read")
+    with pytest.raises(InvalidOptionError, match=r"^partitionBy: only valid for a batch read"):
+        normalize({"partitionBy": "subject"}, "stream_read")
+    with pytest.raises(InvalidOptionError, match=r"^writeId: only valid for a streaming write"):
+        normalize({"writeId": "w"}, "write")
+    with pytest.raises(InvalidOptionError, match=r"^path: the jetstream source takes no path"):
+        normalize({"path": "orders"}, "read")
+    with pytest.raises(InvalidOptionError, match=r"^creds: use credsFile"):
+        normalize({"creds": "/x"}, "read")
+    assert "kvbucket" in normalize({"kvBucket": "cfg"}, "read")
+    assert normalize({"checkpointLocation": "/c", "queryName": "q"}, "stream_write")
+
+
+def test_kafka_option_names() -> None:
+    from jssync.spark._options import normalize
+
+    assert normalize({"subscribe": "a.b,c.>"}, "read") == {"subjects": "a.b,c.>"}
+    assert normalize({"subscribePattern": "orders.*.eu"}, "stream_read") == {"subjects": "orders.*.eu"}
+    assert normalize({"maxOffsetsPerTrigger": "10"}, "stream_read") == {"maxrecordspertrigger": "10"}
+    assert normalize({"topic": "orders.new"}, "write") == {"subject": "orders.new"}
+    assert normalize({"includeHeaders": "false"}, "read") == {"includeheaders": "false"}
+    assert normalize({"startingOffsetsByTimestamp": '{"ORDERS": {"0": 1700000000000, "1": 1700000000000}}'}, "read") == {
+        "startingtimestamp": "1700000000000"
+    }
+    assert normalize({"startingOffsetsByTimestamp": "1700000000000"}, "read") == {"startingtimestamp": "1700000000000"}
+    with pytest.raises(InvalidOptionError, match=r"^startingOffsetsByTimestamp: a stream has one sequence"):
+        normalize({"startingOffsetsByTimestamp": '{"T": {"0": 1, "1": 2}}'}, "read")
+    with pytest.raises(InvalidOptionError, match=r"^subscribePattern: NATS matches subjects with wildcards"):
+        normalize({"subscribePattern": r"orders\..*"}, "read")
+    with pytest.raises(InvalidOptionError, match=r"^subscribe: give either subscribe or subjects, not both"):
+        normalize({"subjects": "a", "subscribe": "b"}, "read")
+    with pytest.raises(InvalidOptionError, match=r"^maxOffsetsPerTrigger: give either"):
+        normalize({"maxOffsetsPerTrigger": "1", "maxRecordsPerTrigger": "2"}, "stream_read")
+    with pytest.raises(InvalidOptionError, match=r"^topic: the Kafka connector's write option"):
+        normalize({"topic": "x"}, "read")
+    with pytest.raises(InvalidOptionError, match=r"^assign: the Kafka connector's option has no jetstream counterpart"):
+        normalize({"assign": '{"t": [0]}'}, "read")
+    with pytest.raises(InvalidOptionError, match=r"^kafka.bootstrap.servers: .*use servers"):
+        normalize({"kafka.bootstrap.servers": "h:9092"}, "read")
+    with pytest.raises(InvalidOptionError, match=r"^kafka.linger.ms: kafka.-prefixed options configure a Kafka client"):
+        normalize({"kafka.linger.ms": "5"}, "write")
+
+
+# --------------------------------------------------------------------------- payloads as columns (no Spark)
+
+
+def test_parse_ddl_round_trip_and_errors() -> None:
+    from jssync.spark._values import Field, ddl, parse_ddl
+
+    fields = parse_ddl("id BIGINT, `odd name` string, price decimal(10,2), at timestamp NOT NULL, "
+                       "tags array<string>, attrs map<string, int>, who struct<name: string, age int>")
+    assert [f.name for f in fields] == ["id", "odd name", "price", "at", "tags", "attrs", "who"]
+    assert fields[0].type == "long" and fields[2].type == ("decimal", 10, 2) and not fields[3].nullable
+    assert fields[6].type == ("struct", (Field("name", "string"), Field("age", "int")))
+    assert parse_ddl(ddl(fields)) == fields
+    assert parse_ddl("struct<a: int>") == (Field("a", "int"),)
+    for bad, pattern in [
+        ("", "expected a DDL schema"),
+        ("a", "expected a type"),
+        ("a int,", "expected a column name"),
+        ("a int, a string", "appears twice"),
+        ("a map<int, string>", "keys are strings"),
+        ("a decimal(40, 2)", "precision"),
+        ("a int b", "',' or the end"),
+        ("a widget", "expected a type"),
+    ]:
+        with pytest.raises(InvalidOptionError, match=rf"^valueSchema: .*{pattern}"):
+            parse_ddl(bad)
+
+
+def test_value_decoder_modes() -> None:
+    from datetime import date
+    from decimal import Decimal
+
+    from jssync.spark._values import DROP, ValueDecoder, _Bad, parse_ddl
+
+    fields = parse_ddl("id int, name string, price decimal(6,2), day date, at timestamp, tags array<string>, "
+                       "attrs map<string,long>, who struct<n: string>")
+    d = ValueDecoder("json", fields, "PERMISSIVE")
+    good = b'{"id": 7, "name": "x", "price": 1.5, "day": "2025-01-31", "at": "2025-01-31T12:00:00Z", ' \
+           b'"tags": ["a"], "attrs": {"k": 2}, "who": {"n": "z"}, "extra": 1}'
+    assert d.decode(good) == [7, "x", Decimal("1.50"), date(2025, 1, 31), 1738324800 * 1_000_000, ["a"],
+                              [("k", 2)], {"n": "z"}, None]
+    assert d.decode(b'{"name": 5}')[:2] == [None, "5"]  # a number in a string column: its JSON text
+    bad = d.decode(b'{"id": "seven", "name": "x"}')
+    assert bad[:2] == [None, "x"] and bad[-1] == '{"id": "seven", "name": "x"}'  # partial row + the payload
+    assert d.decode(b"not json")[-1] == "not json" and d.decode(b"[1]")[-1] == "[1]"
+    assert d.decode(b"")[-1] == ""
+    assert d.decode(b'{"id": 2147483648}')[-1] is not None  # out of int range
+    assert ValueDecoder("json", fields, "DROPMALFORMED").decode(b"{") is DROP
+    with pytest.raises(_Bad, match="id: expected a int, got \"seven\""):
+        ValueDecoder("json", fields, "FAILFAST").decode(b'{"id": "seven"}')
+    s = ValueDecoder("string", (), "PERMISSIVE")
+    assert s.decode(b"caf\xc3\xa9") == ["café", None]
+    assert s.decode(b"\xff") == [None, "\ufffd"]
+    assert ValueDecoder("string", (), "DROPMALFORMED").decode(b"\xff") is DROP
+    nn = ValueDecoder("json", parse_ddl("a int not null"), "PERMISSIVE")
+    assert nn.decode(b"{}")[-1] == "{}"
+
+
+def test_json_encoder_like_to_json() -> None:
+    from datetime import date, datetime, timezone
+    from decimal import Decimal
+
+    from jssync.spark._values import json_encoder
+
+    enc = json_encoder()
+    row = {"d": Decimal("1.50"), "t": datetime(2025, 1, 31, 12, tzinfo=timezone.utc), "day": date(2025, 1, 31),
+           "b": b"ab", "m": {"k": [1, None]}}
+    assert enc(row) == b'{"d":1.50,"t":"2025-01-31T12:00:00Z","day":"2025-01-31","b":"YWI=","m":{"k":[1,null]}}'
+
+
+def test_split_by_subject_and_abort_descriptions() -> None:
+    pytest.importorskip("pyspark")
+    from jssync.spark.datasource import JetStreamCommitMessage, _describe_tasks, split_by_subject
+
+    parts = split_by_subject({"a": 10, "b": 250, "c": 0}, 1, 1000, max_records_per_partition=100)
+    assert [(p.subjects, p.start, p.end) for p in parts] == [
+        (("a",), 1, 1000), (("b",), 1, 334), (("b",), 335, 667), (("b",), 668, 1000),
+    ]
+    assert [p.index for p in parts] == [0, 1, 2, 3]
+    more = split_by_subject({"a": 10, "b": 20}, 1, 9, min_partitions=5)
+    assert len(more) == 5 and sum(1 for p in more if p.subjects == ("b",)) >= 3
+    assert split_by_subject({}, 1, 10) == [] and split_by_subject({"a": 1}, 5, 4) == []
+    with pytest.raises(InvalidOptionError, match="^partitionBy: the read matches 10001 subjects"):
+        split_by_subject({f"s{i}": 1 for i in range(10_001)}, 1, 10)
+    text = _describe_tasks([JetStreamCommitMessage(0, 1200), None, JetStreamCommitMessage(2, 800), None])
+    assert text.startswith("2 of 4 tasks finished and stored 2000 rows (partition 0: 1200, partition 2: 800); 2 did not finish")
+    assert _describe_tasks([None, None]).startswith("0 of 2 tasks finished and stored 0 rows; 2 did not finish")
+
+
+def test_failed_partition_logs_the_rows_it_stored(server: NatsServer, caplog: pytest.LogCaptureFixture) -> None:
+    js = _js(server.url)
+    js.create_stream(name="HALF", subjects=["half.>"])
+    cfg = NatsConfig(servers=(server.url,))
+
+    def rows() -> Iterator[bytes]:
+        yield from [b"x"] * 300
+        raise RuntimeError("the task was interrupted")
+
+    with caplog.at_level("WARNING", logger="jssync.spark"), pytest.raises(RuntimeError):
+        write_rows(rows(), cfg, WriteOptions(subject="half.a", max_pending=64), write_id="wf", partition_id=3)
+    stored = js.stream("HALF").info().state.messages
+    assert 0 < stored <= 300
+    line = next(r.getMessage() for r in caplog.records if "partition 3 failed" in r.getMessage())
+    assert "jetstream write wf partition 3 failed (RuntimeError) after" in line
+    assert int(line.split(" after ")[1].split()[0]) <= stored  # what it confirmed, at most what is stored
+
+
+def test_driver_checks_fail_fast_and_mark_the_options(server: NatsServer) -> None:
+    from jssync.spark._writer import check_captured, check_targets
+
+    js = _js(server.url)
+    js.create_stream(name="CAP", subjects=["cap.*"])
+    js.create_stream(name="PLAINS", subjects=["plains.>"])
+    client = _cache.get_client(NatsConfig(servers=(server.url,)))
+    started = time.monotonic()
+    with pytest.raises(NoStreamResponseError, match="^subject: no stream captures 'nope.x'"):
+        check_targets(client, WriteOptions(subject="nope.x"))
+    assert time.monotonic() - started < 5  # not the 180 s of publish retries
+    with pytest.raises(InvalidOptionError, match="^stream: stream 'PLAINS' does not capture subject 'cap.a'"):
+        check_targets(client, WriteOptions(subject="cap.a", stream="PLAINS"))
+    with pytest.raises(InvalidOptionError, match="^dedupeMode: .*discard_new_per_subject"):
+        check_targets(client, WriteOptions(subject="plains", dedupe_mode="subject"))
+    ok = check_targets(client, WriteOptions(subject="cap.a", stream="CAP", min_duplicate_window=0))
+    assert ok.checked and ok.captures is None
+    assert check_targets(client, WriteOptions(subject="nope.x", check_subjects=False)).checked
+    # A subject column: the stream's filters travel to the tasks, which check each new value.
+    col = check_targets(client, WriteOptions(stream="CAP", min_duplicate_window=0), columns=True)
+    assert col.captures == ("cap.*",)
+    seen: set[str] = set()
+    check_captured(["cap.a", "cap.b", "cap.a"], col, seen)
+    assert seen == {"cap.a", "cap.b"}
+    with pytest.raises(NoStreamResponseError, match="^subjectColumn: subject 'cap.a.b' .* is not captured by stream 'CAP'"):
+        check_captured(["cap.a.b"], col, seen)
+    every = check_targets(client, WriteOptions(min_duplicate_window=0), columns=True)
+    assert set(every.captures or ()) >= {"cap.*", "plains.>"}
+
+
+# --------------------------------------------------------------------------- kvBucket: the key listing (no Spark)
+
+
+def _raw_publish(url: str, subjects: list[str]) -> None:
+    """Publish like a client that checks neither keys nor subjects (a raw, non-pedantic PUB)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    with socket.create_connection((u.hostname or "127.0.0.1", u.port or 4222), timeout=5) as sock:
+        f = sock.makefile("rb")
+        assert f.readline().startswith(b"INFO ")
+        out = b'CONNECT {"verbose":false,"pedantic":false}\r\n'
+        for s in subjects:
+            out += b"PUB " + s.encode() + b" 1\r\nv\r\n"
+        sock.sendall(out + b"PING\r\n")
+        assert f.readline() == b"PONG\r\n"
+
+
+@pytest.mark.parametrize("page_size", [1000, 5])
+def test_kv_keys_are_listed_as_of_the_snapshot_while_keys_go(server: NatsServer, page_size: int) -> None:
+    """The keys a kvBucket read lists on the driver: every key that may hold a value at the
+    snapshot, whatever is deleted, purged, overwritten or added after it, before and during the
+    listing (one stream-info reply up to page_size keys, an ordered consumer above)."""
+    from jssync.spark._kvlist import list_bucket_keys
+
+    js = _js(server.url)
+    bucket = f"LIST{page_size}"
+    kv = js.create_key_value(bucket, history=3)
+    for i in range(40):
+        kv.put(f"k{i:02d}", b"0")
+    kv.delete("k05")                                             # no value at the snapshot
+    _raw_publish(server.url, [f"$KV.{bucket}.caf\u00e9", f"$KV.{bucket}.a@b", f"$KV.{bucket}.*"])
+    snapshot = js.stream_info(f"KV_{bucket}")
+    kv.put("k30", b"1")                                          # overwritten after the snapshot
+    kv.delete("k31")                                             # deleted after the snapshot
+    calls = [0]
+    real = js.stream_info
+
+    def stream_info(name: str, **kw: Any) -> Any:
+        out = real(name, **kw)
+        calls[0] += 1
+        if calls[0] == 1:  # the listing's first request is answered: keys go, and one comes
+            for i in range(5):
+                kv.delete(f"k{i:02d}")
+            kv.purge_deletes(older_than=0)
+            kv.put("late", b"x")
+        return out
+
+    js.stream_info = stream_info  # type: ignore[method-assign]
+    listed = list_bucket_keys(js, kv, snapshot, page_size=page_size, timeout=5)
+    assert calls[0] >= 1
+    assert listed.method == ("info" if page_size > 40 else "consumer")
+    keys = set(listed.keys)
+    must = {f"k{i:02d}" for i in range(6, 40)} | {"caf\u00e9", "a@b"}
+    assert must <= keys, sorted(must - keys)
+    assert "late" not in keys                                    # written after the snapshot and the listing's start
+    assert keys - must <= {f"k{i:02d}" for i in range(6)}        # nothing else (purged keys may still be listed)
+    if listed.method == "consumer":
+        assert "k05" not in keys                                 # its last message, at the snapshot, is a delete
+    assert listed.unreadable == ("*",)
+    assert list(listed.keys) == sorted(listed.keys)
+
+
+# --------------------------------------------------------------------------- value_format in the writer functions
+
+
+def test_row_payloads_json_and_string_like_the_data_source() -> None:
+    """The writer functions' value_format: the same plan and serialisation as the data source's
+    valueFormat (one copy: RowPayloads, json_plan, json_encoder), and the same errors."""
+    from jssync.spark._values import RowPayloads, json_plan, payload_rows
+
+    wo = WriteOptions(value_format="json")
+    conv = RowPayloads(wo)
+    row = {"id": 1, "name": "x", "subject": "s.a", "headers": {"k": "v"}, "at": None}
+    assert conv(row) == (b'{"id":1,"name":"x","at":null}', "s.a", {"k": "v"}, None)
+    assert conv({"value": {"a": 1}, "subject": "s.b"}) == (b'{"a":1}', "s.b", None, None)  # a struct: the object
+    assert conv({"value": 5, "subject": "s.c"})[0] == b'{"value":5}'                     # not one: a column
+    fixed = RowPayloads(WriteOptions(value_format="json", subject="s.x", msg_id_column="id"))
+    assert fixed({"id": "r1", "subject": "col"}) == (b'{"id":"r1","subject":"col"}', None, None, "r1")
+    with pytest.raises(InvalidOptionError, match=r"^valueFormat: json serialises a struct column 'value'.*\['subject', 'headers'\]"):
+        conv({"subject": "s.a", "headers": None})
+    with pytest.raises(InvalidOptionError, match=r"^valueFormat: json serialises the fields of pyspark Rows or dicts"):
+        conv((b"x", "s.a"))
+    assert json_plan(["value", "subject"], True, wo).struct
+    text = RowPayloads(WriteOptions(value_format="string", subject="s"))
+    assert text({"data": 5}) == ("5", None, None, None) and text({"data": None})[0] == b""
+    assert text((2.5, "s.t")) == ("2.5", "s.t", None, None) and text(7) == "7" and text(b"raw") == b"raw"
+    with pytest.raises(InvalidOptionError, match=r"^dataColumn: column 'data' holds a struct; valueFormat=string"):
+        text({"data": {"a": 1}})
+    with pytest.raises(InvalidOptionError, match=r"^dataColumn: the rows have no column 'data'"):
+        text({"other": 1})
+    rows = [{"data": b"x"}]
+    assert payload_rows(rows, WriteOptions()).__next__() is rows[0]  # binary: the rows as they are
+
+    pytest.importorskip("pyspark")
+    from pyspark.sql import Row
+    from pyspark.sql import types as T
+
+    from jssync.spark.datasource import plan_write_columns
+
+    assert conv(Row(value=Row(a=1, b=Row(c="z")), subject="s.r")) == (b'{"a":1,"b":{"c":"z"}}', "s.r", None, None)
+    assert conv(Row(value={"m": 1}, id=2, subject="s.r"))[0] == b'{"value":{"m":1},"id":2}'  # a map is a column
+    schema = T.StructType([T.StructField("value", T.StructType([T.StructField("a", T.LongType())])),
+                           T.StructField("subject", T.StringType())])
+    plan = plan_write_columns(schema, wo)
+    assert plan is not None and plan.struct
+    assert RowPayloads(wo, plan)(Row(value=None, subject="s.n")) == (b"", "s.n", None, None)  # a null struct
+
+
+def test_row_timestamps_are_written_in_utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyspark hands a timestamp as a datetime without zone in the process's local time; the
+    payload is the instant in UTC, as the data source's Arrow path writes it."""
+    pytest.importorskip("pyspark")
+    from datetime import datetime
+
+    from pyspark.sql import Row
+
+    from jssync.spark._values import RowPayloads
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        local = datetime.fromtimestamp(1738324800)  # 2025-01-31T12:00:00Z, as pyspark makes it here
+        assert local.hour == 21
+        out = RowPayloads(WriteOptions(value_format="json", subject="s"))(Row(at=local, xs=[Row(t=local)]))
+        assert out[0] == b'{"at":"2025-01-31T12:00:00Z","xs":[{"t":"2025-01-31T12:00:00Z"}]}'
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_publish_partition_and_foreach_writer_value_format(server: NatsServer) -> None:
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    from pyspark.sql import Row
+
+    from jssync.spark import JetStreamForeachWriter, publish_partition
+
+    js = _js(server.url)
+    js.create_stream(name="VF", subjects=["vf.>"])
+    rows = [Row(id=i, name=f"n{i}", subject="vf.a") for i in range(3)]
+    assert publish_partition(rows, servers=server.url, run_id="vf1", partition_id=0, value_format="json") == 3
+    assert [js.stream("VF").get_msg(i + 1).data for i in range(3)] == [
+        f'{{"id":{i},"name":"n{i}"}}'.encode() for i in range(3)
+    ]
+    assert publish_partition([{"data": 12.5}], servers=server.url, subject="vf.s", run_id="vf2", partition_id=0,
+                             value_format="string") == 1
+    assert js.stream("VF").get_msg(4).data == b"12.5"
+    with pytest.raises(InvalidOptionError, match="^valueFormat: expected 'binary', 'string' or 'json'"):
+        publish_partition(rows, servers=server.url, run_id="vf3", partition_id=0, value_format="xml")
+    writer = JetStreamForeachWriter(servers=server.url, subject="vf.fe", run_id="q1", value_format="json")
+    writer.open(0, 1)
+    writer.process(Row(value=Row(k="v"), subject="ignored"))
+    writer.process({"a": 1})
+    writer.close(None)
+    assert writer.last_result is not None and writer.last_result.written == 2
+    assert [js.stream("VF").get_msg(s).data for s in (5, 6)] == [b'{"k":"v"}', b'{"a":1}']
+    assert pickle.loads(pickle.dumps(writer))._payloads is None  # only the settings travel
+    writer.open(0, 2)
+    with pytest.raises(InvalidOptionError, match="^valueFormat: json serialises a struct column"):
+        writer.process({"headers": {"k": "v"}})
+    writer.close(InvalidOptionError("x"))
