@@ -49,6 +49,7 @@ Run it long with atheris (see fuzz/README.md)::
 from __future__ import annotations
 
 import base64
+import json
 import re
 import sys
 from datetime import datetime, timedelta, timezone
@@ -138,7 +139,7 @@ def check_stored(block: bytes, key: str, seq: int, nanos: int, payload: bytes) -
     hdrs = base64.b64encode(block).decode()
     data = base64.b64encode(payload).decode()
     body = (
-        f'{{"message":{{"subject":{_json_str(subject)},"seq":{seq},"hdrs":"{hdrs}","data":"{data}","time":"{stamp}"}}}}'
+        f'{{"message":{{"subject":{json.dumps(subject)},"seq":{seq},"hdrs":"{hdrs}","data":"{data}","time":"{stamp}"}}}}'
     ).encode()
     via_get = _decode_get(body)
     server = [("Nats-Stream", "KV_B"), ("Nats-Subject", subject), ("Nats-Sequence", str(seq)),
@@ -154,12 +155,6 @@ def check_stored(block: bytes, key: str, seq: int, nanos: int, payload: bytes) -
     elif isinstance(via_get, StoredMsg) or isinstance(via_direct, StoredMsg):
         raise AssertionError(f"one path decodes, the other does not: {via_get!r} / {via_direct!r}")
     return via_get, via_direct
-
-
-def _json_str(text: str) -> str:
-    import json
-
-    return json.dumps(text)
 
 
 def check_names(text: str) -> bool:
