@@ -48,6 +48,9 @@ TARGETS: dict[str, int] = {
 
 INTERRUPTED = 72
 """libFuzzer's exit status when interrupted (``-interrupted_exitcode``)."""
+_STOPPED = (INTERRUPTED, 130, -2)
+"""Exit statuses of a run stopped by Ctrl-C: libFuzzer's, or Python's when the signal lands in
+the target's Python code (``KeyboardInterrupt``: status 130, no final figures) or kills it."""
 _STAT = re.compile(r"^stat::(\w+):\s*(\d+)", re.M)
 _PROGRESS = re.compile(r"^#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/", re.M)
 _ARTIFACT = re.compile(r"Test unit written to (\S+)")
@@ -72,11 +75,11 @@ class Result:
     @property
     def interrupted(self) -> bool:
         """Stopped by the user (Ctrl-C): not a finding."""
-        return self.returncode == INTERRUPTED and self.artifact is None
+        return self.returncode in _STOPPED and self.artifact is None
 
     @property
     def finding(self) -> bool:
-        return self.artifact is not None or self.returncode not in (0, INTERRUPTED)
+        return self.artifact is not None or self.returncode not in (0, *_STOPPED)
 
 
 def parse_log(text: str, result: Result) -> Result:

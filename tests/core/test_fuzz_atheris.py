@@ -85,6 +85,12 @@ def test_parse_log() -> None:
     assert r.artifact == "x/crash-abc" and r.finding and not r.interrupted
     stopped = runner.parse_log("stat::number_of_executed_units: 5\n", runner.Result("wire", runner.INTERRUPTED, 1.0))
     assert stopped.interrupted and not stopped.finding
+    # Ctrl-C landing in the target's Python code: KeyboardInterrupt, status 130, no final figures
+    text = "#524288\tpulse  cov: 177 ft: 442 corp: 76/19Kb exec/s: 664 rss: 49Mb\nKeyboardInterrupt: stopping.\n"
+    python_stop = runner.parse_log(text, runner.Result("status", 130, 1.0))
+    assert python_stop.interrupted and not python_stop.finding and python_stop.executions == 524288
+    crashed = runner.parse_log("Test unit written to x/crash-1\n", runner.Result("status", 130, 1.0))
+    assert crashed.finding and not crashed.interrupted
 
 
 def test_unknown_target_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
