@@ -64,6 +64,7 @@ from jscore.errors import BadSubjectError, InvalidKeyError, InvalidOptionError, 
 from jscore.headers import Headers, encode_headers, parse_header_block
 from jscore.jsapi import DIRECT_GET_HEADERS, check_filter_subject, stored_msg_from_direct, stored_msg_from_get
 from jscore.models import MsgGetResponse, StoredMsg, decode_response
+from jscore.protocol import MAX_SUBJECT_BYTES
 
 __all__ = ["expected_operation", "check_entry", "check_stored", "check_names", "check_watch", "one_input"]
 
@@ -172,12 +173,27 @@ def check_names(text: str) -> bool:
     except InvalidKeyError:
         is_filter = False
     assert is_filter or not is_key, text
+    # A key or filter the rules accept may still make a subject over the server's limit with a
+    # given bucket: building the subject refuses it (InvalidKeyError), exactly then.
+    too_long = len(f"$KV.{BUCKET}.{text}".encode()) > MAX_SUBJECT_BYTES
     if is_filter:
-        (subject,) = K.filter_subjects(BUCKET, [text])
         try:
-            check_filter_subject(subject)
-        except BadSubjectError as exc:
-            raise AssertionError(f"accepted filter {text!r} makes an invalid subject: {exc}") from exc
+            (subject,) = K.filter_subjects(BUCKET, [text])
+        except InvalidKeyError:
+            assert too_long, text
+        else:
+            assert not too_long, text
+            try:
+                check_filter_subject(subject)
+            except BadSubjectError as exc:
+                raise AssertionError(f"accepted filter {text!r} makes an invalid subject: {exc}") from exc
+    if is_key and too_long:
+        try:
+            K.key_subject(BUCKET, text)
+        except InvalidKeyError:
+            is_key = False
+        else:
+            raise AssertionError(f"a key over the subject limit was accepted: {len(text)} bytes")
     if is_key:
         subject = K.key_subject(BUCKET, text)
         assert K.key_of(BUCKET, subject) == text and "*" not in subject and ">" not in subject

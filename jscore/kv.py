@@ -24,6 +24,7 @@ import msgspec
 
 from .errors import InvalidBucketNameError, InvalidKeyError, InvalidOptionError
 from .headers import Headers
+from .protocol import MAX_SUBJECT_BYTES
 from .models import Compression, DiscardPolicy, Placement, StorageType, StreamConfig, StreamInfo, check_placement
 from .validate import check_bool
 from .watch import WatchChanged, WatchMachine, WatchOptions
@@ -146,14 +147,26 @@ def stream_name(bucket: str) -> str:
     return STREAM_PREFIX + bucket
 
 
+def _fits(subject: str, what: str, text: str) -> str:
+    """``subject`` if it is within the server's subject limit (keys, filters and bucket names
+    are ASCII, so characters are bytes), else :class:`InvalidKeyError` naming the key."""
+    if len(subject) > MAX_SUBJECT_BYTES:
+        raise InvalidKeyError(
+            f"{what} {text[:64]!r}... is too long: its subject would be "
+            f"{len(subject)} bytes; the limit is {MAX_SUBJECT_BYTES}"
+        )
+    return subject
+
+
 def key_subject(bucket: str, key: str) -> str:
-    """``$KV.<bucket>.<key>`` of a valid key (:class:`InvalidKeyError` otherwise)."""
-    return f"{SUBJECT_PREFIX}{bucket}.{check_key(key)}"
+    """``$KV.<bucket>.<key>`` of a valid key (:class:`InvalidKeyError` otherwise, also when
+    the subject would be over the server's limit)."""
+    return _fits(f"{SUBJECT_PREFIX}{bucket}.{check_key(key)}", "key", key)
 
 
 def filter_subjects(bucket: str, filters: Iterable[str]) -> list[str]:
     """The stream subjects of key filters; no filter means every key."""
-    out = [f"{SUBJECT_PREFIX}{bucket}.{check_filter(f)}" for f in filters]
+    out = [_fits(f"{SUBJECT_PREFIX}{bucket}.{check_filter(f)}", "key filter", f) for f in filters]
     return out or [f"{SUBJECT_PREFIX}{bucket}.>"]
 
 

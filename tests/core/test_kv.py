@@ -373,3 +373,18 @@ def test_a_missing_bucket_error_is_made_from_the_stream_error_once() -> None:
     assert isinstance(missing, StreamNotFoundError) and missing.__cause__ is stream_error
     assert (missing.code, missing.err_code) == (404, 10059) and "bucket 'cfg' not found" in str(missing)
     assert BucketNotFoundError.of(missing, "other") is missing
+
+
+def test_a_key_or_filter_over_the_subject_limit_is_refused_before_sending() -> None:
+    """Keys and filters the character rules accept can still make a subject over the server's
+    1800-byte limit with the bucket's prefix (found by the kv fuzz target): building the
+    subject refuses them with InvalidKeyError, and one byte less is accepted."""
+    from jscore.protocol import MAX_SUBJECT_BYTES
+
+    room = MAX_SUBJECT_BYTES - len("$KV.B.")
+    assert K.key_subject("B", "k" * room).endswith("k")
+    assert K.filter_subjects("B", ["a." * ((room - 1) // 2) + ">"])
+    with pytest.raises(InvalidKeyError, match="too long"):
+        K.key_subject("B", "k" * (room + 1))
+    with pytest.raises(InvalidKeyError, match="too long"):
+        K.filter_subjects("B", ["a." * (room // 2) + "b>"[: 1] + ".>"])
