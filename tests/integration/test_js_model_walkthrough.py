@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration import wait_until
 from jscore.errors import (
     JetStreamAPIError,
     JetStreamError,
@@ -335,6 +336,9 @@ def test_consumer_delivered_ack_floor_and_redelivery(env: Env) -> None:
     assert info.num_pending == 0 and stream.info().state.consumer_count == 1
 
     store(env.nc, f"{p}.processed", b"order 4")
+    # (the consumer counts a stored message asynchronously: a loaded server may answer the info
+    # before it has; wait a bounded while for the count)
+    wait_until(lambda: c.info().num_pending == 1, 5.0, what="the consumer counting the stored message")
     assert c.info().num_pending == 1
     [m] = pull(env.nc, stream.name, "DISPATCH")
     assert m.data == b"order 4"
