@@ -295,6 +295,9 @@ class Connection:
         self._pings_out = 0
         self._timers: dict[str, float] = {}
         self._events: deque[ev.Event] = deque()
+        # The same queue, for the session's hot path (it pops messages without a call each);
+        # next_event() is the contract for everyone else.
+        self.event_queue: Final[deque[ev.Event]] = self._events
         self._ever_connected = False
         self._initial_failures = 0
         self._last_error: Exception | None = None

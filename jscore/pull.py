@@ -904,8 +904,8 @@ class _Machine:
         return self._events.popleft() if self._events else None
 
     def drain_events(self) -> list[PullEvent]:
-        """Every queued event at once (cheaper than ``next_event`` in a loop)."""
-        self._check()
+        """Every queued event at once (cheaper than ``next_event`` in a loop). Events queued
+        before the machine broke are still handed over: they were decided before the error."""
         events = list(self._events)
         self._events.clear()
         return events

@@ -78,7 +78,7 @@ class MachineCommand(msgspec.Struct, frozen=True, kw_only=True):
 class _Slot:
     """A running sub-machine and how to reach it."""
 
-    __slots__ = ("id", "machine", "sink", "sid", "inbox", "target", "deadline", "dirty")
+    __slots__ = ("id", "machine", "sink", "sid", "inbox", "target", "deadline", "dirty", "touched")
 
     def __init__(self, slot_id: int, machine: SubMachine, sink: Sink, target: str | None) -> None:
         self.id = slot_id
@@ -89,6 +89,7 @@ class _Slot:
         self.target = target
         self.deadline: float | None = None
         self.dirty = False
+        self.touched = False  # fed messages whose events are not acted on yet (see _settle)
 
 
 class Session:
@@ -102,6 +103,8 @@ class Session:
         self._ends: dict[int, Ended] = {}  # sid -> what to call when the subscription ends
         self._heap: list[tuple[float, int]] = []  # (deadline, slot id); stale entries skipped
         self._dirty: list[_Slot] = []  # slots whose deadline may have changed
+        self._touched: list[_Slot] = []  # slots fed messages in this pump, events not yet acted on
+        self._conn_events = self.conn.event_queue  # (popped directly on the hot path, see _pump)
         self._stale = False  # a slot ended: its heap entry may be at the top
         self._events: deque[ev.Event] = deque()
         self._next_slot = 1
@@ -263,27 +266,48 @@ class Session:
         return "" if slot is None else slot.inbox
 
     def _receiver(self, slot: _Slot) -> Deliver:
-        machine = slot.machine
-        receive_msg = machine.receive_msg
-        drain = machine.drain_events
-        after = self._after_events
-        dirty = self._dirty
+        receive_msg = slot.machine.receive_msg
+        touched = self._touched
 
         def receive(msg: MsgReceived, now: float) -> None:
-            # (once per message: _after inlined for the common case of no event, still running)
+            # Once per message, so only the machine is called here: what it decided (its
+            # events, its end, its new deadline) is acted on once per pump, for all the
+            # messages of one read together (see _settle).
             try:
                 receive_msg(msg, now)
             except Exception as exc:  # noqa: BLE001
+                self._settle_slot(slot)  # what the messages before this one produced
                 self._fail(slot, exc, "internal error")
                 return
-            events = drain()
-            if events or machine.finished:
-                after(slot, events)
-            elif not slot.dirty:
-                slot.dirty = True
-                dirty.append(slot)
+            if not slot.touched:
+                slot.touched = True
+                touched.append(slot)
 
         return receive
+
+    def _settle(self) -> None:
+        """Act on the events of every machine fed messages since the last call, in the order
+        the machines were first fed (each machine's own events stay in its order). A machine
+        that finished is ended here: messages for it that arrived after its end, in the same
+        read, reached it first and were ignored by it (every machine ignores input once done)."""
+        touched = self._touched
+        while touched:
+            slots = touched[:] if len(touched) > 1 else (touched[0],)
+            touched.clear()
+            for slot in slots:
+                self._settle_slot(slot)
+
+    def _settle_slot(self, slot: _Slot) -> None:
+        if not slot.touched:
+            return
+        slot.touched = False
+        if slot.id in self._slots:
+            try:
+                events = slot.machine.drain_events()
+            except Exception as exc:  # noqa: BLE001
+                self._fail(slot, exc, "internal error")
+                return
+            self._after_events(slot, events)
 
     def _inbox_ender(self, slot: _Slot) -> Ended:
         def ended(error: BaseException | None) -> None:
@@ -475,19 +499,20 @@ class Session:
     def _pump(self, now: float) -> None:
         """Route every event the connection queued: messages by sid, connection changes to
         every sub-machine; the rest goes to the shell's stream."""
-        conn = self.conn
         routes = self._routes
         out = self._events
-        while True:
-            e = conn.next_event()
-            if e is None:
-                break
+        queued = self._conn_events
+        pop = queued.popleft
+        while queued:
+            e = pop()
             cls = e.__class__
             if cls is MsgReceived:
                 deliver = routes.get(e.sid)  # type: ignore[union-attr]
                 if deliver is not None:
                     deliver(e, now)  # type: ignore[arg-type]
                 continue
+            if self._touched:
+                self._settle()  # what the messages before this event produced comes first
             if cls is ev.SubscriptionEnded:
                 assert isinstance(e, ev.SubscriptionEnded)
                 routes.pop(e.sid, None)
@@ -498,6 +523,8 @@ class Session:
             if cls in _CONNECTION_CHANGES and self._slots:
                 self._tell_all(e, now)
             out.append(e)
+        if self._touched:
+            self._settle()
         if self._dirty or self._stale:
             self._refresh()
 

@@ -96,7 +96,13 @@ class Msg:
 
 # Set on a consume's dispatcher thread: acks sent from its handler are written in batches
 # when the dispatcher reports what it took (never left behind: it flushes before it waits).
-_ack_defer = threading.local()
+class _AckDefer(threading.local):
+    # A class default, so a thread that never set it reads False without the AttributeError a
+    # getattr(local, name, default) raises and swallows inside (about 0.35 us per ack).
+    on: bool = False
+
+
+_ack_defer = _AckDefer()
 _new_object = object.__new__
 
 _ACK_NONE: int = _jsmsg.ACK_NONE
@@ -164,7 +170,7 @@ class JsMsg(Msg):
             raise MsgAlreadyAckedError("a terminal acknowledgement was already sent for this message")
         self._ack_state = _ACK_DONE if terminal else _ACK_PROGRESS
         try:
-            _clientmod.shell_of(client).publish_to_reply(reply, body, getattr(_ack_defer, "on", False))
+            _clientmod.shell_of(client).publish_to_reply(reply, body, _ack_defer.on)
         except BaseException:
             self._ack_state = before
             raise

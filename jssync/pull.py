@@ -62,6 +62,8 @@ _SAFETY: Final = 5.0
 # The longest a consume handler's ack waits to be written with others (see ConsumeContext._run).
 _ACK_DELAY: Final = 0.002
 HANDLER_FINISHED: Final = HandlerFinished()
+_DELIVERED: Final = P.MessageDelivered  # (bound once: the sinks test it per message)
+_new_jsmsg: Final = JsMsg._from_event
 
 
 def _ignore(event: Any) -> None:
@@ -108,8 +110,8 @@ class _Driver:
 
     def _on_event(self, e: Any) -> None:
         cls = e.__class__
-        if cls is P.MessageDelivered:
-            self._q.put(JsMsg._from_event(e.msg, self._client))
+        if cls is _DELIVERED:
+            self._q.put(_new_jsmsg(e.msg, self._client))
         elif cls is P.FetchFinished or cls is P.ConsumeTerminated:
             self._finish(e.error, e.reason)
         elif cls is MachineFailed:
@@ -310,8 +312,8 @@ class _ConsumeDriver(_Driver):
         shell.publish_to_reply(reply, P.ACK_BODY, False)
 
     def _on_event(self, e: Any) -> None:
-        if e.__class__ is P.MessageDelivered:
-            msg = JsMsg._from_event(e.msg, self._client)
+        if e.__class__ is _DELIVERED:
+            msg = _new_jsmsg(e.msg, self._client)
             msg._source = self
             self._q.put(msg)
         else:

@@ -225,7 +225,20 @@ def test_poisoned_after_an_exception() -> None:
     with pytest.raises(LocalProtocolError):
         m.receive_msg(user(), 0.1)
     with pytest.raises(LocalProtocolError):
-        m.drain_events()
+        m.next_event()
+    # What was decided before the break is still handed over (the session delivers it before
+    # it reports the failure), and nothing after it.
+    assert m.drain_events() == []
+
+
+def test_events_decided_before_a_break_are_handed_over() -> None:
+    m, _ = fetch(max_messages=5)
+    m.receive_msg(user(), 0.1)
+    with pytest.raises(LocalProtocolError):
+        m.handle(object(), 0.2)  # type: ignore[arg-type]
+    assert [type(e).__name__ for e in m.drain_events()] == ["MessageDelivered"]
+    with pytest.raises(LocalProtocolError):
+        m.receive_msg(user(), 0.3)
 
 
 def test_next_is_fetch_one() -> None:

@@ -1,0 +1,129 @@
+"""The session feeds a machine every message of one read, then acts on what it decided (its
+events, its end, its deadline) once: the order each sink sees, the end of a machine in the
+middle of a read, and a machine that breaks after delivering some messages."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from jscore import pull as P
+from jscore.connection import ConnectOptions
+from jscore.machine import MachineFailed
+from jscore.protocol import MsgReceived
+from jscore.session import Session
+
+
+def connected() -> Session:
+    s = Session(ConnectOptions(servers=("nats://127.0.0.1:4222",), ping_interval=1000.0), rng=random.Random(7))
+    s.start(0.0)
+    while s.next_event() is not None:
+        pass
+    s.connection_made(0.0)
+    s.receive_data(b"INFO " + json.dumps({"max_payload": 1 << 20, "headers": True}).encode() + b"\r\n", 0.0)
+    s.data_to_send()
+    s.receive_data(b"PONG\r\n", 0.0)
+    while s.next_event() is not None:
+        pass
+    return s
+
+
+def frames(inbox: str, sid: int, bodies: list[bytes]) -> bytes:
+    return b"".join(
+        b"MSG %s %d $JS.ACK.S.c.1.%d.%d.1764040102424187740.0 %d\r\n%s\r\n" % (inbox.encode(), sid, i, i, len(b), b)
+        for i, b in enumerate(bodies, 1)
+    )
+
+
+class Recorder:
+    """A machine that queues one event per message and breaks on the message ``breaks_on``."""
+
+    def __init__(self, breaks_on: int = 0) -> None:
+        self.seen = 0
+        self.breaks_on = breaks_on
+        self.events: list[Any] = []
+        self.finished = False
+
+    def receive_msg(self, msg: MsgReceived, now: float) -> None:
+        self.seen += 1
+        if self.seen == self.breaks_on:
+            raise RuntimeError("broken on purpose")
+        self.events.append(msg.data)
+
+    def handle(self, command: Any, now: float) -> None:
+        pass
+
+    def handle_timeout(self, now: float) -> None:
+        pass
+
+    def next_deadline(self) -> float | None:
+        return None
+
+    def drain_events(self) -> list[Any]:
+        events, self.events = self.events, []
+        return events
+
+
+def attach(s: Session, machine: Any) -> tuple[int, list[Any]]:
+    got: list[Any] = []
+    slot = s.attach(machine, got.append, 0.0)
+    s.data_to_send()
+    return slot, got
+
+
+def test_a_machine_that_breaks_mid_read_first_hands_over_what_came_before() -> None:
+    s = connected()
+    m = Recorder(breaks_on=3)
+    slot, got = attach(s, m)
+    s.receive_data(frames(s.inbox_of(slot), s._slots[slot].sid, [b"a", b"b", b"c", b"d"]), 1.0)
+    assert got[:2] == [b"a", b"b"]
+    assert len(got) == 3 and isinstance(got[2], MachineFailed), got
+    assert m.seen == 3  # the message after the break was not routed to it
+    assert not s.running(slot)
+    assert b"UNSUB" in s.data_to_send()
+
+
+def test_two_machines_in_one_read_each_see_their_own_messages_in_order() -> None:
+    s = connected()
+    a, got_a = attach(s, Recorder())
+    b, got_b = attach(s, Recorder())
+    sa, sb = s._slots[a].sid, s._slots[b].sid
+    data = b"".join(
+        frames(s.inbox_of(x), sid, [body])
+        for x, sid, body in [(a, sa, b"a1"), (b, sb, b"b1"), (a, sa, b"a2"), (b, sb, b"b2"), (a, sa, b"a3")]
+    )
+    s.receive_data(data, 1.0)
+    assert got_a == [b"a1", b"a2", b"a3"]
+    assert got_b == [b"b1", b"b2"]
+
+
+def test_a_fetch_that_completes_mid_read_ends_there_and_ignores_the_rest() -> None:
+    s = connected()
+    m = P.FetchMachine(P.resolve_fetch_options(max_messages=2, expires=5.0), 0.0)
+    got: list[Any] = []
+    slot = s.attach(m, got.append, 0.0, target="$JS.API.CONSUMER.MSG.NEXT.S.c")
+    s.data_to_send()
+    s.receive_data(frames(s.inbox_of(slot), s._slots[slot].sid, [b"1", b"2", b"3"]), 1.0)
+    kinds = [type(e).__name__ for e in got]
+    assert kinds == ["MessageDelivered", "MessageDelivered", "FetchFinished"], kinds
+    assert [e.msg.data for e in got[:2]] == [b"1", b"2"]
+    assert m.ignored == 1
+    assert not s.running(slot)
+    assert s.next_deadline() == s.conn.next_deadline()  # its timers are gone (the ping timer is left)
+    assert b"UNSUB" in s.data_to_send()
+
+
+def test_messages_before_a_connection_loss_reach_the_sink_before_the_loss() -> None:
+    s = connected()
+    m = P.FetchMachine(P.resolve_fetch_options(max_messages=5, expires=5.0), 0.0)
+    got: list[Any] = []
+    slot = s.attach(m, got.append, 0.0, target="$JS.API.CONSUMER.MSG.NEXT.S.c")
+    s.data_to_send()
+    # Two messages, then the server's fatal error in the same read, then the transport closes.
+    s.receive_data(frames(s.inbox_of(slot), s._slots[slot].sid, [b"1", b"2"]) + b"-ERR 'Stale Connection'\r\n", 1.0)
+    s.connection_lost(1.1)
+    kinds = [type(e).__name__ for e in got]
+    assert kinds[:2] == ["MessageDelivered", "MessageDelivered"], kinds
+    assert kinds[2:] == ["FetchFinished"], kinds
+    assert got[2].error is not None
