@@ -492,8 +492,7 @@ class ObjectResult:
         self._error: BaseException | None = None
         self._msgs: OrderedMessageStream | None = None
         if not self._check.done:
-            window = max(2, O.IN_FLIGHT_BYTES // max(1, (info.options.max_chunk_size if info.options else 0)
-                                                     or O.DEFAULT_CHUNK_SIZE))
+            window = O.max_in_flight(max(1, (info.options.max_chunk_size if info.options else 0) or O.DEFAULT_CHUNK_SIZE))
             oc = store._js.ordered_consumer(
                 store.stream_name, filter_subjects=O.chunk_subject(store.bucket, info.nuid),
                 deliver_policy=DeliverPolicy.ALL,
