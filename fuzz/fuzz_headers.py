@@ -1,10 +1,13 @@
 """Fuzz target: the header block parser (:func:`jscore.headers.parse_header_block`).
 
 Invariant: whatever the bytes, ``parse_header_block`` returns or raises ``RemoteProtocolError``
-and nothing else. For a block that parses, re-encoding the parsed headers with
-:func:`jscore.headers.encode_headers` succeeds (what the parser accepts, the encoder accepts),
-gives a block ending in exactly one blank line, and parsing that block gives the same headers
-(the status line is not part of ``Headers`` and is not re-encoded).
+and nothing else. A parsed value never holds CR or LF. For a block that parses, re-encoding the
+parsed headers with :func:`jscore.headers.encode_headers` succeeds (what the parser accepts, the
+encoder accepts), except that a value received with a control character other than TAB (which
+other clients send, and the parser takes as it is) is refused by the encoder with
+``BadHeaderError``, and only then; a re-encoded block ends in exactly one blank line, and
+parsing it gives the same headers (the status line is not part of ``Headers`` and is not
+re-encoded).
 
 The same bytes are also framed as an ``HMSG`` and run through the wire invariant of
 :mod:`fuzz.fuzz_wire`, so header parsing is exercised under every split too.
@@ -25,7 +28,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from fuzz.fuzz_wire import check_wire
 from fuzz._runner import run
-from jscore.errors import RemoteProtocolError
+from jscore.errors import BadHeaderError, RemoteProtocolError
 from jscore.headers import Headers, encode_headers, parse_header_block
 
 __all__ = ["check_headers", "hmsg_frame", "one_input"]
@@ -47,7 +50,15 @@ def check_headers(block: bytes) -> tuple[Headers, int | None, str | None] | None
         assert 0 <= status <= 999, status
     else:
         assert description is None, "a description without a status code"
-    encoded = encode_headers(headers)  # must not raise: parsed headers are valid headers
+    values = [v for _, v in headers.items()]
+    assert not any("\r" in v or "\n" in v for v in values), values
+    controls = any(any((ord(c) < 32 and c != "\t") or c == "\x7f" for c in v) for v in values)
+    try:
+        encoded = encode_headers(headers)
+    except BadHeaderError:
+        assert controls, ("refused without a control character", values)
+        return headers, status, description
+    assert not controls, ("a control character was encoded", values)
     assert encoded.startswith(b"NATS/1.0\r\n"), encoded[:16]
     assert encoded.endswith(b"\r\n\r\n") and not encoded.endswith(b"\r\n\r\n\r\n"), encoded[-8:]
     again, status2, description2 = parse_header_block(encoded)

@@ -6,11 +6,13 @@ Wire form of a header block::
     Key: Value\r\n            (zero or more, keys may repeat)
     \r\n
 
-Keys are RFC 7230 tokens. Values may hold any text except CR, LF and other control characters
-(TAB excepted). Invalid input raises :class:`BadHeaderError` when encoding and
-:class:`RemoteProtocolError` when parsing; nothing is ever rewritten or sanitized. Headers of the
-wrong shape altogether (a number, a str, bytes) are an :class:`InvalidOptionError` naming
-``headers``.
+Keys are RFC 7230 tokens. Values sent may hold any text except CR, LF and other control
+characters (TAB excepted); values received may also hold control characters other than CR and
+LF, as other clients send them (the server passes a header block through unread), so one
+message with an odd header does not cost the connection. Invalid input raises
+:class:`BadHeaderError` when encoding and :class:`RemoteProtocolError` when parsing; nothing is
+ever rewritten or sanitized. Headers of the wrong shape altogether (a number, a str, bytes) are
+an :class:`InvalidOptionError` naming ``headers``.
 """
 
 from __future__ import annotations
@@ -27,15 +29,17 @@ HEADER_PREFIX = b"NATS/1.0"
 _EMPTY_BLOCK = b"NATS/1.0\r\n\r\n"
 
 _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-# Control characters forbidden in values: everything below 0x20 except TAB, and DEL.
+# Control characters forbidden in values sent: everything below 0x20 except TAB, and DEL.
 _BAD_VALUE_CHARS = frozenset(chr(c) for c in range(0x20) if c != 0x09) | {"\x7f"}
+# In values received only CR and LF are refused (a lone one: the block's lines end in CR LF).
+_LINE_BREAKS = frozenset("\r\n")
 
 # The common block, checked and split by two regular expressions instead of a Python loop per
 # line (parse_header_block's fast path): no status, every line "Key: Value" with a token key and
-# a value without control characters that does not end in a space or tab. Whatever else the
-# block is, the general parser decides, so the result is always the general parser's.
+# a value without CR or LF that does not end in a space or tab. Whatever else the block is, the
+# general parser decides, so the result is always the general parser's.
 _TOKEN_RE: Final = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
-_VALUE_CHAR_RE: Final = r"[^\x00-\x08\x0a-\x1f\x7f]"
+_VALUE_CHAR_RE: Final = r"[^\r\n]"
 _COMMON_BLOCK: Final = re.compile(
     r"NATS/1\.0\r\n(?:" + _TOKEN_RE + ":" + _VALUE_CHAR_RE + r"*(?<![ \t])\r\n)*\r\n"
 )
@@ -302,7 +306,7 @@ def _parse_general(text: str) -> tuple[Headers, int | None, str | None]:
         if not key or not _TOKEN_CHARS.issuperset(key):
             raise RemoteProtocolError(f"invalid header key {key[:64]!r}")
         value = value.strip(" \t")
-        if not _BAD_VALUE_CHARS.isdisjoint(value):
-            raise RemoteProtocolError(f"control character in header {key!r}")
+        if not _LINE_BREAKS.isdisjoint(value):
+            raise RemoteProtocolError(f"a lone CR or LF in header {key!r}")
         items.append((key, value))
     return headers, status, description
