@@ -6,6 +6,8 @@ thread): a connected :class:`jscore.session.Session` is fed the bytes nats-serve
   server's header layout, then its ``204 EOB``, into a :class:`jscore.directget.DirectGetBatch`;
 * ``fetch``: 500 JetStream messages of 128 B (``MSG`` with an ack subject) into a
   :class:`jscore.pull.FetchMachine`;
+* ``puback``: 1000 PubAcks (``MSG`` on the publish window's reply inbox, one token each) into
+  the :class:`jscore.pubmachines.AsyncPublishMachine` of ``publish_async``;
 
 in 64 KiB chunks, as a socket read would hand them over, and the process CPU time of
 ``receive_data`` is divided by the messages. Prints the minimum and the median over
@@ -27,6 +29,9 @@ from collections.abc import Callable
 from jscore import directget as DG
 from jscore import pull as P
 from jscore.connection import ConnectOptions
+from jscore.machine import Stop
+from jscore.publish import PendingPublish, PublishWindow
+from jscore.pubmachines import AsyncPublishMachine
 from jscore.session import Session
 
 _CHUNK = 64 * 1024
@@ -109,12 +114,35 @@ def make_fetch() -> Callable[[Session], float]:
     return one_fetch
 
 
+def one_puback(s: Session) -> float:
+    window: PublishWindow[PendingPublish] = PublishWindow(max_pending=2000)
+    m = AsyncPublishMachine(window, PublishWindow(max_pending=10), gen=0, connected=True)
+    slot = s.attach(m, lambda e: None, 0.0, wildcard=True)
+    prefix = s.inbox_of(slot)
+    m.set_prefix(prefix)
+    sid = s._slots[slot].sid
+    out = []
+    for i in range(1000):
+        token = window.next_token()
+        window.add(PendingPublish("bench.js", b"x", None, None), 0.0, 0, token)
+        body = b'{"stream":"BENCH","seq":%d}' % (i + 1)
+        out.append(b"MSG %s%s %d %d\r\n%s\r\n" % (prefix.encode(), token.encode(), sid, len(body), body))
+    data = chunks(b"".join(out))
+    t0 = time.process_time_ns()
+    for c in data:
+        s.receive_data(c, 0.0)
+    elapsed = time.process_time_ns() - t0
+    assert not window.pending, len(window.pending)
+    s.command(slot, Stop(), 0.0)
+    return elapsed / 1000
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=40)
     args = ap.parse_args()
     s = connected_session()
-    for name, one in (("multi_last 1000", one_multi_last), ("fetch 500", make_fetch())):
+    for name, one in (("multi_last 1000", one_multi_last), ("fetch 500", make_fetch()), ("puback 1000", one_puback)):
         for _ in range(3):
             one(s)  # warm-up
         res = [one(s) for _ in range(args.rounds)]
