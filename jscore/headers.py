@@ -79,8 +79,8 @@ class Headers:
 
     def _unsplit(self) -> str | None:
         """The whole block text (``NATS/1.0\\r\\n ... \\r\\n\\r\\n``) of headers the parser
-        accepted through its common form (no status; every line ``Key: Value`` with no control
-        character and no trailing space or tab) and that were not split or changed since; else
+        accepted through its common form (no status; every line ``Key: Value`` with no CR or LF
+        in the value and no trailing space or tab) and that were not split or changed since; else
         None. For readers of a well-known server layout (:mod:`jscore.jsapi`)."""
         return self._block
 

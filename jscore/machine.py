@@ -15,7 +15,9 @@ call                           meaning
 ``handle_timeout(now)``        fire expired timers; a spurious call is a no-op
 ``next_deadline()``            the earliest armed timer, or None; pure
 ``drain_events()``             every queued event, oldest first
-``finished``                   True once the machine has ended (nothing follows)
+``finished``                   True once the machine has ended: no event follows, and
+                               messages that still reach it (the rest of the read it ended
+                               in) are ignored
 =============================  ==============================================================
 
 The connection commands are shared by every machine so that the session can tell them all

@@ -899,6 +899,11 @@ class OrderedMachine:
     def finished(self) -> bool:
         return self._finished
 
+    @property
+    def broken(self) -> bool:
+        """An error escaped one of its calls: every later call but ``drain_events`` raises."""
+        return self._broken is not None
+
     def next_deadline(self) -> float | None:
         """The inner machine's timers, the create request's timeout, the fetch's deadline and
         (connected, nothing in flight) the end of the backoff. Pure."""

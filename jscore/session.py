@@ -16,7 +16,8 @@ speak). The session
 - writes every frame a sub-machine asks for (pull requests, flow-control replies, direct-get
   requests, publish frames), so that all bytes leave through one :meth:`data_to_send`;
 - emits the connection's events through one :meth:`next_event`, and each sub-machine's
-  events to the sink it was attached with, in order, as they happen.
+  events to the sink it was attached with, in order: a machine is fed every message of a read,
+  and what it decided is acted on once for the read, before any other event of the connection.
 
 The shell (jssync) carries bytes, keeps time and runs user code; it decides nothing.
 """
@@ -294,8 +295,13 @@ class Session:
         while touched:
             slots = touched[:] if len(touched) > 1 else (touched[0],)
             touched.clear()
-            for slot in slots:
-                self._settle_slot(slot)
+            for i, slot in enumerate(slots):
+                try:
+                    self._settle_slot(slot)
+                except BaseException:
+                    # (a sink raised: the slots not settled yet stay touched for the next pump)
+                    touched[:0] = [rest for rest in slots[i + 1 :] if rest.touched]
+                    raise
 
     def _settle_slot(self, slot: _Slot) -> None:
         if not slot.touched:

@@ -206,6 +206,6 @@ class WatchMachine(Generic[T]):
                     out.extend(WatchChanged(entry=None) for _ in state.created(e.num_pending))
                 else:
                     out.append(e)
-            if not unseen or self.inner.finished:
-                return out
+            if not unseen or self.inner.finished or self.inner.broken:
+                return out  # (broken: the session reports its error; what was decided goes first)
             self.inner.handle(MessagesTaken(count=unseen, size=unseen_size), self._now)

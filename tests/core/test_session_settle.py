@@ -127,3 +127,84 @@ def test_messages_before_a_connection_loss_reach_the_sink_before_the_loss() -> N
     assert kinds[:2] == ["MessageDelivered", "MessageDelivered"], kinds
     assert kinds[2:] == ["FetchFinished"], kinds
     assert got[2].error is not None
+
+
+class BreakingOrdered:
+    """An ordered machine as the watcher sees it, breaking on its third message: from then on
+    every call but drain_events raises, as OrderedMachine's do."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self.error: BaseException | None = None
+        self.finished = False
+        self.n = 0
+
+    @property
+    def broken(self) -> bool:
+        return self.error is not None
+
+    def receive_msg(self, msg: MsgReceived, now: float) -> None:
+        from jscore.errors import LocalProtocolError
+        from jscore.jsmsg import parse_ack_subject
+        from jscore.ordered import OrderedMessageDelivered
+
+        if self.error is not None:
+            raise LocalProtocolError("broken by an earlier error")
+        self.n += 1
+        if self.n == 3:
+            self.error = RuntimeError("broken on purpose")
+            raise self.error
+        assert msg.reply is not None
+        self.events.append(OrderedMessageDelivered(msg=msg, metadata=parse_ack_subject(msg.reply)))
+
+    def handle(self, command: Any, now: float) -> None:
+        from jscore.errors import LocalProtocolError
+
+        if self.error is not None:
+            raise LocalProtocolError(f"broken by an earlier error: {self.error!r}")
+
+    def handle_timeout(self, now: float) -> None:
+        pass
+
+    def next_deadline(self) -> float | None:
+        return None
+
+    def drain_events(self) -> list[Any]:
+        events, self.events = self.events, []
+        return events
+
+
+def test_a_watcher_that_breaks_mid_read_hands_over_the_earlier_changes_and_the_real_error() -> None:
+    from jscore.watch import WatchChanged, WatchMachine, WatchOptions, WatchState
+
+    class Items(WatchState[bytes]):
+        def item(self, subject: str, data: bytes, headers: Any, stream_seq: int, timestamp: Any, num_pending: int) -> bytes | None:
+            return None if data == b"del" else data  # a delivery the application does not get
+
+    s = connected()
+    got: list[Any] = []
+    inner = BreakingOrdered()
+    slot = s.attach(WatchMachine(inner, Items(WatchOptions()), 0.0), got.append, 0.0)  # type: ignore[arg-type]
+    s.data_to_send()
+    s.receive_data(frames(s.inbox_of(slot), s._slots[slot].sid, [b"put1", b"del", b"x"]), 1.0)
+    changes = [e.entry for e in got if isinstance(e, WatchChanged)]
+    assert changes[0] == b"put1"
+    assert isinstance(got[-1], MachineFailed) and got[-1].error is inner.error, got
+
+
+def test_a_sink_that_raises_leaves_the_other_machines_to_the_next_read() -> None:
+    s = connected()
+
+    def bad(e: Any) -> None:
+        raise ValueError("a broken sink")
+
+    a = s.attach(Recorder(), bad, 0.0)
+    b, got_b = attach(s, Recorder())
+    s.data_to_send()
+    data = frames(s.inbox_of(a), s._slots[a].sid, [b"a1"]) + frames(s.inbox_of(b), s._slots[b].sid, [b"b1"])
+    try:
+        s.receive_data(data, 1.0)
+    except ValueError:
+        pass
+    s.receive_data(frames(s.inbox_of(b), s._slots[b].sid, [b"b2"]), 2.0)
+    assert got_b == [b"b1", b"b2"]
