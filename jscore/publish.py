@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Generic, NamedTuple, TypeVar
 
 import msgspec
@@ -74,9 +74,13 @@ __all__ = [
     "PublishWindow",
     "WindowStats",
     "FrameWindow",
+    "DEFAULT_MAX_PENDING_BYTES",
 ]
 
 MSG_ID: Final = "Nats-Msg-Id"
+# What a bulk writer keeps in flight at most, in bytes of frames (FrameWindow.max_bytes): the
+# producer's buffer.memory of Kafka, 32 MiB, for the same reason (a bounded executor).
+DEFAULT_MAX_PENDING_BYTES: Final = 32 * 1024 * 1024
 EXPECTED_STREAM: Final = "Nats-Expected-Stream"
 EXPECTED_LAST_SEQ: Final = "Nats-Expected-Last-Sequence"
 EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
@@ -901,11 +905,17 @@ class FrameWindow:
 
     ``per_subject_dedup``: the refusal 10077 "maximum messages per subject exceeded" means
     "already written" (a ``discard_new_per_subject`` stream keyed by the msg id in the subject).
+
+    Room: at most ``max_pending`` frames and ``max_bytes`` bytes of frames in flight
+    (:attr:`bytes_in_flight`); :attr:`has_room` is False at either, so what a writer holds is
+    bounded by ``max_bytes`` plus the batch it adds last, whatever the size of its messages.
     """
 
     __slots__ = (
         "frames",
         "max_pending",
+        "max_bytes",
+        "bytes_in_flight",
         "ack_timeout",
         "retries",
         "retry_wait",
@@ -932,9 +942,12 @@ class FrameWindow:
         retry_wait: float = 0.1,
         per_subject_dedup: bool = False,
         transient_budget: float | None = None,
+        max_bytes: int = DEFAULT_MAX_PENDING_BYTES,
     ) -> None:
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
             raise InvalidOptionError(f"max_pending must be an int >= 1, got {max_pending!r}")
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise InvalidOptionError(f"max_bytes must be an int >= 1, got {max_bytes!r}")
         for name, value in (("ack_timeout", ack_timeout), ("retry_wait", retry_wait)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise InvalidOptionError(f"{name} must be > 0 seconds, got {value!r}")
@@ -949,6 +962,8 @@ class FrameWindow:
             raise InvalidOptionError(f"transient_budget must be >= 0 seconds, got {transient_budget!r}")
         self.frames: dict[int, bytes] = {}
         self.max_pending = max_pending
+        self.max_bytes = max_bytes
+        self.bytes_in_flight = 0
         self.ack_timeout = float(ack_timeout)
         self.retries = retries
         self.retry_wait = float(retry_wait)
@@ -976,11 +991,17 @@ class FrameWindow:
 
     @property
     def has_room(self) -> bool:
-        return len(self.frames) < self.max_pending
+        return len(self.frames) < self.max_pending and self.bytes_in_flight < self.max_bytes
 
-    def sent(self, tokens: Iterable[int], frames: Iterable[bytes], now: float) -> None:
+    def room_level(self) -> int:
+        """When the window has no room: how many in flight to wait for before adding more
+        (half of what is in flight, so refills come in large writes)."""
+        return min(self.max_pending, len(self.frames)) // 2
+
+    def sent(self, tokens: Iterable[int], frames: Sequence[bytes], now: float) -> None:
         """A batch of new frames was written (or queued for the next connection)."""
         self.frames.update(zip(tokens, frames))
+        self.bytes_in_flight += sum(map(len, frames))
         self._deadlines.append((now + self.ack_timeout, tokens))
 
     def receive_ack(self, token: int, data: bytes, status: int | None, now: float) -> bool:
@@ -996,7 +1017,7 @@ class FrameWindow:
                 pass
             else:
                 if fields.error is None and fields.seq > 0 and fields.stream:
-                    del frames[token]  # (the common case: _stored inlined)
+                    self.bytes_in_flight -= len(frames.pop(token))  # (the common case: _stored inlined)
                     if self._retry:
                         self._retry.pop(token, None)
                     if self._trouble:
@@ -1024,7 +1045,7 @@ class FrameWindow:
 
     def _stored(self, token: int, duplicate: bool | None) -> bool:
         frames = self.frames
-        del frames[token]
+        self.bytes_in_flight -= len(frames.pop(token))
         if self._retry:
             self._retry.pop(token, None)
         if self._trouble:
@@ -1035,7 +1056,9 @@ class FrameWindow:
         return len(frames) <= self.wake_level
 
     def _fail(self, token: int, error: BaseException, exhausted: int = 0) -> bool:
-        self.frames.pop(token, None)
+        frame = self.frames.pop(token, None)
+        if frame is not None:
+            self.bytes_in_flight -= len(frame)
         self._retry.pop(token, None)
         self._trouble.pop(token, None)
         if self.failure is None:

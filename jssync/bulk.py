@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 from jscore.errors import ConnectionClosedError, NatsError, PubAckTimeoutError
 from jscore.machine import Stop
 from jscore.pubmachines import PROGRESS, BulkPublishMachine, PublisherClosed, WatchLevel
-from jscore.publish import FrameWindow
+from jscore.publish import DEFAULT_MAX_PENDING_BYTES, FrameWindow
 
 from .client import shell_of
 
@@ -61,9 +61,11 @@ class BulkPublisher:
         retry_wait: float = 0.1,
         per_subject_dedup: bool = False,
         stall_timeout: float | None = None,
+        max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
     ) -> None:
         self.window = FrameWindow(
             max_pending=max_pending,
+            max_bytes=max_pending_bytes,
             ack_timeout=ack_timeout,
             retries=retries,
             retry_wait=retry_wait,
@@ -110,8 +112,9 @@ class BulkPublisher:
         shell = self._shell
         with shell.lock:
             if not window.has_room:
-                # Wait for half the window: refills come in large writes, not one per batch.
-                self._wait_locked(window.max_pending // 2)
+                # Wait for half of what is in flight: refills come in large writes, not one per
+                # batch. (Full by count or by bytes: the same wait.)
+                self._wait_locked(window.room_level())
             else:
                 self._check_locked()
             if shell.congested:

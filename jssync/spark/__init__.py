@@ -145,6 +145,7 @@ _WRITE_KEYS = frozenset(
         "min_duplicate_window",
         "fail_on_short_window",
         "max_pending",
+        "max_pending_bytes",
         "ack_timeout",
         "retries",
         "check_subjects",
@@ -238,7 +239,7 @@ def publish_partition(
     ``creds_file``, ``nkey_seed_file``, ``tls``, ``tls_ca_file``, ``tls_cert_file``,
     ``tls_key_file``, ``connect_timeout``, ``name``: see :class:`NatsConfig`) and the writer's (``msg_id_column``,
     ``dedupe_mode``, ``stream``, ``min_duplicate_window``, ``fail_on_short_window``,
-    ``max_pending``, ``ack_timeout``, ``retries``): see :class:`WriteOptions`.
+    ``max_pending``, ``max_pending_bytes``, ``ack_timeout``, ``retries``): see :class:`WriteOptions`.
 
     ``value_format="json"`` serialises each row instead of taking a data column: its ``value``
     field when that is a struct, else every field but the subject and headers ones (as the data

@@ -24,6 +24,7 @@ from jscore.auth import looks_like_seed
 from jscore.connection import _redact, parse_server_url
 from jscore.errors import BadSubjectError, InvalidOptionError
 from jscore.protocol import check_publish_subject
+from jscore.publish import DEFAULT_MAX_PENDING_BYTES
 
 if TYPE_CHECKING:
     from jssync.client import Client
@@ -265,7 +266,8 @@ class WriteOptions:
     ``discard_new_per_subject`` stream with ``max_msgs_per_subject=1``: no time window);
     ``stream``: the stream to check the ``duplicate_window`` of (``min_duplicate_window``
     seconds; a warning, or an error with ``fail_on_short_window``); ``max_pending`` async
-    publishes in flight per task, each given ``ack_timeout`` seconds; ``retries``: how often a
+    publishes in flight per task, each given ``ack_timeout`` seconds, and at most
+    ``max_pending_bytes`` bytes of them (the frames, headers included); ``retries``: how often a
     publish that failed for a transient or ambiguous reason is sent again (same msg id).
     """
 
@@ -279,6 +281,7 @@ class WriteOptions:
     min_duplicate_window: float = 120.0
     fail_on_short_window: bool = False
     max_pending: int = 4000
+    max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES
     ack_timeout: float = 30.0
     retries: int = 5
     value_format: Literal["binary", "string", "json"] = "binary"
@@ -310,6 +313,12 @@ class WriteOptions:
             raise InvalidOptionError(f"failOnShortWindow: expected a bool, got {self.fail_on_short_window!r}")
         if isinstance(self.max_pending, bool) or not isinstance(self.max_pending, int) or self.max_pending < 1:
             raise InvalidOptionError(f"maxPending: must be an integer >= 1, got {self.max_pending!r}")
+        if (
+            isinstance(self.max_pending_bytes, bool)
+            or not isinstance(self.max_pending_bytes, int)
+            or self.max_pending_bytes < 1
+        ):
+            raise InvalidOptionError(f"maxPendingBytes: must be an integer >= 1, got {self.max_pending_bytes!r}")
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
             raise InvalidOptionError(f"retries: must be an integer >= 0, got {self.retries!r}")
         if self.value_format not in ("binary", "string", "json"):
@@ -323,7 +332,7 @@ class WriteOptions:
         """Parse string options: ``subject``, ``subjectColumn``, ``dataColumn``,
         ``headersColumn``, ``msgIdColumn``, ``dedupeMode`` (msgid | subject), ``stream``,
         ``minDuplicateWindow`` (seconds), ``failOnShortWindow`` (true/false), ``maxPending``,
-        ``ackTimeout`` (seconds), ``retries``, ``valueFormat`` (binary | string | json),
+        ``maxPendingBytes``, ``ackTimeout`` (seconds), ``retries``, ``valueFormat`` (binary | string | json),
         ``checkSubjects`` (true/false). Unknown options are ignored (the data source refuses
         them before, see :mod:`jssync.spark._options`)."""
         opts = option_lookup(options)
@@ -342,6 +351,7 @@ class WriteOptions:
             min_duplicate_window=_float(opts, "minDuplicateWindow", 120.0, strict=False),
             fail_on_short_window=_bool(opts, "failOnShortWindow", False),
             max_pending=_int(opts, "maxPending", 4000, minimum=1),
+            max_pending_bytes=_int(opts, "maxPendingBytes", DEFAULT_MAX_PENDING_BYTES, minimum=1),
             ack_timeout=_float(opts, "ackTimeout", 30.0),
             retries=_int(opts, "retries", 5, minimum=0),
             value_format=_value_format(opts),

@@ -463,6 +463,7 @@ class PartitionWriter:
         self._bulk = BulkPublisher(
             client,
             max_pending=options.max_pending,
+            max_pending_bytes=options.max_pending_bytes,
             ack_timeout=options.ack_timeout,
             retries=options.retries,
             retry_wait=_BACKOFF_FIRST,

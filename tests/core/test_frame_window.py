@@ -289,3 +289,57 @@ def test_missed_deadlines_and_transient_answers_share_one_budget() -> None:
     assert w.due(1.3) == [b"F0"]
     w.receive_ack(0, b"", 503, 3.0)  # 3 s after the first send: spent
     assert isinstance(w.failure, PubAckTimeoutError)  # it may have been stored by the first copy
+
+
+# --------------------------------------------------------------------------- the byte bound
+
+
+def test_the_window_is_full_at_max_bytes_whatever_the_count() -> None:
+    w = FrameWindow(max_pending=1000, max_bytes=100)
+    big = [b"x" * 40, b"y" * 40]
+    w.sent(range(2), big, 0.0)
+    assert (w.in_flight, w.bytes_in_flight, w.has_room) == (2, 80, True)
+    w.sent(range(2, 4), big, 0.0)  # a batch may go past the bound; then there is no room
+    assert (w.bytes_in_flight, w.has_room) == (160, False)
+    assert w.room_level() == 2  # wait for half of what is in flight
+    w.receive_ack(0, ack(1), None, 0.1)
+    w.receive_ack(1, ack(2, duplicate=True), None, 0.1)
+    assert (w.in_flight, w.bytes_in_flight, w.has_room) == (2, 80, True)
+
+
+def test_bytes_in_flight_follow_every_way_out_of_the_window() -> None:
+    w = FrameWindow(max_pending=10, max_bytes=10_000, ack_timeout=1.0, retries=0)
+    w.sent(range(4), [b"a" * 10, b"b" * 20, b"c" * 30, b"d" * 40], 0.0)
+    assert w.bytes_in_flight == 100
+    w.receive_ack(0, ack(1), None, 0.1)  # the fast path
+    assert w.bytes_in_flight == 90
+    w.receive_ack(1, b'{"stream":"S","seq":2,"domain":"x"}', None, 0.1)  # any PubAck
+    assert w.bytes_in_flight == 70
+    w.receive_ack(2, err(400, 10060, "expected stream does not match"), None, 0.1)  # a refusal: failed
+    assert w.failure is not None and w.bytes_in_flight == 40
+    w.due(5.0)  # the last one's deadline passed with no re-send left: failed too
+    assert (w.in_flight, w.bytes_in_flight) == (0, 0)
+
+
+def test_room_level_by_count_is_half_the_window() -> None:
+    w = FrameWindow(max_pending=4)
+    w.sent(range(4), frames(0, 4), 0.0)
+    assert (w.has_room, w.room_level()) == (False, 2)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "1"])
+def test_max_bytes_is_checked(bad: object) -> None:
+    with pytest.raises(InvalidOptionError):
+        FrameWindow(max_bytes=bad)  # type: ignore[arg-type]
+
+
+@given(st.lists(st.integers(min_value=1, max_value=500), min_size=1, max_size=60), st.integers(0, 2**16))
+def test_bytes_in_flight_is_the_sum_of_the_frames_in_flight(sizes: list[int], seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    w = FrameWindow(max_pending=1000, max_bytes=1 << 30)
+    w.sent(range(len(sizes)), [b"z" * n for n in sizes], 0.0)
+    for token in rng.sample(range(len(sizes)), k=rng.randint(0, len(sizes))):
+        w.receive_ack(token, ack(token + 1), None, 0.1)
+        assert w.bytes_in_flight == sum(len(f) for f in w.frames.values())

@@ -154,6 +154,38 @@ def test_bulk_publisher_drops_its_inbox_and_ignores_late_acks(nats_server: NatsS
         c.close()
 
 
+def test_bytes_in_flight_stay_under_max_pending_bytes(nats_server: NatsServer) -> None:
+    """Rows of 20 KiB, a count bound (4000) that alone would allow 80 MiB in flight, and a byte
+    bound of 256 KiB: the writer never holds more than the bound plus its last batch, and every
+    row is stored once."""
+    c = jssync.connect(nats_server.url)
+    try:
+        js = c.jetstream()
+        js.create_stream(name="BBYTES", subjects=["bbytes.x"])
+        limit = 256 * 1024
+        bp = BulkPublisher(c, max_pending=4000, max_pending_bytes=limit, ack_timeout=10.0)
+        payload = b"p" * (20 * 1024)
+        batch = 4
+        peak = 0
+        for first in range(0, 400, batch):
+            frames = []
+            for i in range(first, first + batch):
+                hdr = b"NATS/1.0\r\nNats-Msg-Id: b%d\r\n\r\n" % i
+                frames.append(
+                    b"HPUB bbytes.x %s%d %d %d\r\n%s%s\r\n" % (bp.reply_prefix, i, len(hdr), len(hdr) + len(payload), hdr, payload)
+                )
+            bp.send(first, frames)
+            peak = max(peak, bp.window.bytes_in_flight)
+            assert bp.window.in_flight <= limit // len(payload) + batch
+        assert peak <= limit + batch * len(frames[0])
+        window = bp.finish()
+        assert (window.written, window.in_flight, window.bytes_in_flight) == (400, 0, 0)
+        bp.close()
+        assert js.stream_info("BBYTES").state.messages == 400
+    finally:
+        c.close()
+
+
 def test_cluster_stream_leader_stepdowns_mid_partition(nats_cluster: Any) -> None:
     """An R3 stream on a 3-node cluster, its leader stepped down 4 times while a partition is
     written: 503s, timeouts and "in process" answers are re-sent as the same frames; every row is

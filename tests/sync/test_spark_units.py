@@ -178,6 +178,7 @@ def test_write_options_from_options() -> None:
             "minDuplicateWindow": "600",
             "failOnShortWindow": "true",
             "maxPending": "100",
+            "maxPendingBytes": "1048576",
             "ackTimeout": "5",
             "retries": "0",
             "servers": "ignored",
@@ -191,6 +192,7 @@ def test_write_options_from_options() -> None:
         min_duplicate_window=600.0,
         fail_on_short_window=True,
         max_pending=100,
+        max_pending_bytes=1 << 20,
         ack_timeout=5.0,
         retries=0,
     )
@@ -204,6 +206,8 @@ def test_write_options_from_options() -> None:
         ({"dedupeMode": "kafka"}, "dedupeMode"),
         ({"maxPending": "0"}, "maxPending"),
         ({"maxPending": "many"}, "maxPending"),
+        ({"maxPendingBytes": "0"}, "maxPendingBytes"),
+        ({"maxPendingBytes": "32MiB"}, "maxPendingBytes"),
         ({"retries": "-1"}, "retries"),
         ({"ackTimeout": "0"}, "ackTimeout"),
         ({"minDuplicateWindow": "-5"}, "minDuplicateWindow"),
@@ -627,6 +631,25 @@ def test_empty_partition_does_not_connect(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 # --------------------------------------------------------------------------- option names (no Spark)
+
+
+def test_max_pending_bytes_reaches_the_bulk_window() -> None:
+    """The default is Kafka's buffer.memory (32 MiB); the option and the keyword reach the
+    writer's window; Kafka's name points to it."""
+    from jscore.publish import DEFAULT_MAX_PENDING_BYTES
+    from jssync.spark import make_configs
+    from jssync.spark._options import normalize
+
+    assert WriteOptions().max_pending_bytes == DEFAULT_MAX_PENDING_BYTES == 32 * 1024 * 1024
+    _, wo = make_configs("nats://127.0.0.1:4222", "a.b", {"max_pending_bytes": 4096})
+    assert wo.max_pending_bytes == 4096
+    assert normalize({"servers": "nats://x:1", "maxPendingBytes": "4096"}, "write") == {
+        "servers": "nats://x:1", "maxpendingbytes": "4096"
+    }
+    with pytest.raises(InvalidOptionError, match=r"maxPendingBytes"):
+        normalize({"servers": "nats://x:1", "kafka.buffer.memory": "1"}, "write")
+    with pytest.raises(InvalidOptionError, match=r"maxPendingBytes"):
+        WriteOptions(max_pending_bytes=0)
 
 
 def test_unknown_option_names_the_closest_known_one() -> None:
