@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=2)
     p.add_argument("--max-pending", type=int, default=4000, help="frames in flight per task (4000, the default)")
     p.add_argument("--writers", default="publish_partition,datasource")
+    p.add_argument("--arrow-batch", type=int, help="spark.sql.execution.arrow.maxRecordsPerBatch (Spark's default: 10,000)")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
     out: list[dict[str, Any]] = []
@@ -171,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         from jssync.spark import JetStreamDataSource
 
         spark.dataSource.register(JetStreamDataSource)
+        if args.arrow_batch:
+            spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(args.arrow_batch))
         nc = jssync.connect(srv.url)
         stack.callback(nc.close)
         js = nc.jetstream(timeout=60.0)

@@ -1277,17 +1277,34 @@ def _json_payloads(batch: Any, plan: JsonPlan) -> list[bytes]:
     return [enc(r) for r in sub.to_pylist(maps_as_pydicts="strict")]
 
 
+# Rows converted to Python objects at a time: Spark's Arrow batches hold up to
+# spark.sql.execution.arrow.maxRecordsPerBatch rows (10,000 by default, 40 MB of 4 KiB rows);
+# converting a whole one at once held every row twice (Arrow and bytes) beside the writer's window.
+_SLICE_ROWS: Final = 1024
+
+
+def _slices(batches: Iterator[Any]) -> Iterator[Any]:
+    """Each record batch as zero-copy slices of at most ``_SLICE_ROWS`` rows."""
+    for batch in batches:
+        n = batch.num_rows
+        if n <= _SLICE_ROWS:
+            yield batch
+            continue
+        for start in range(0, n, _SLICE_ROWS):
+            yield batch.slice(start, _SLICE_ROWS)
+
+
 def arrow_rows(batches: Iterator[Any], wopts: WriteOptions, plan: JsonPlan | None = None) -> Iterator[Any]:
     """The rows of Arrow record batches (a partition, in order) in shapes the partition writer
     takes: the data column's values alone (bytes or str) when the writer reads no other column,
-    else ``(data, subject, headers, msg_id)`` tuples. Columns are converted a batch at a time,
-    which costs far less than Spark building a ``Row`` per row. With ``valueFormat=json`` the
+    else ``(data, subject, headers, msg_id)`` tuples. Columns are converted a slice of a batch
+    at a time (``_SLICE_ROWS``), which costs far less than Spark building a ``Row`` per row. With ``valueFormat=json`` the
     payloads are the rows serialised (``plan``); a subject column's new values are checked
     against ``wopts.captures`` before the batch is published."""
     d, s, h, m = wopts.data_column, wopts.subject_column, wopts.headers_column, wopts.msg_id_column
     seen: set[str] = set()
     check = wopts.captures is not None and wopts.subject is None
-    for batch in batches:
+    for batch in _slices(batches):
         names = batch.schema.names
         if m is not None and m not in names:
             raise InvalidOptionError(f"msgIdColumn: the DataFrame has no column {m!r} (columns: {names})")

@@ -1020,3 +1020,21 @@ def test_publish_partition_and_foreach_writer_value_format(server: NatsServer) -
     with pytest.raises(InvalidOptionError, match="^valueFormat: json serialises a struct column"):
         writer.process({"headers": {"k": "v"}})
     writer.close(InvalidOptionError("x"))
+
+
+def test_arrow_rows_converts_large_batches_a_slice_at_a_time() -> None:
+    """A batch of more than _SLICE_ROWS rows gives the same rows, in order, as converting it
+    whole, and no more than a slice of them exists as Python objects at a time."""
+    pa = pytest.importorskip("pyarrow")
+    from jssync.spark import datasource as D
+
+    n = 2 * D._SLICE_ROWS + 17
+    data = [b"%d" % i for i in range(n)]
+    subjects = [f"s.{i % 3}" for i in range(n)]
+    batch = pa.RecordBatch.from_arrays([pa.array(data, pa.binary()), pa.array(subjects)], names=["data", "subject"])
+    small = pa.RecordBatch.from_arrays([pa.array([b"x"], pa.binary()), pa.array(["s.0"])], names=["data", "subject"])
+    rows = list(D.arrow_rows(iter([batch, small]), WriteOptions()))
+    assert rows == [(d, s, None, None) for d, s in zip(data + [b"x"], subjects + ["s.0"])]
+    assert [b.num_rows for b in D._slices(iter([batch, small]))] == [D._SLICE_ROWS, D._SLICE_ROWS, 17, 1]
+    only_data = list(D.arrow_rows(iter([batch]), WriteOptions(subject="s.1")))
+    assert only_data == data
