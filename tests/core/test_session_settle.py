@@ -129,15 +129,13 @@ def test_messages_before_a_connection_loss_reach_the_sink_before_the_loss() -> N
     assert got[2].error is not None
 
 
-class BreakingOrdered:
+class BreakingOrdered(Recorder):
     """An ordered machine as the watcher sees it, breaking on its third message: from then on
     every call but drain_events raises, as OrderedMachine's do."""
 
     def __init__(self) -> None:
-        self.events: list[Any] = []
+        super().__init__()
         self.error: BaseException | None = None
-        self.finished = False
-        self.n = 0
 
     @property
     def broken(self) -> bool:
@@ -150,8 +148,8 @@ class BreakingOrdered:
 
         if self.error is not None:
             raise LocalProtocolError("broken by an earlier error")
-        self.n += 1
-        if self.n == 3:
+        self.seen += 1
+        if self.seen == 3:
             self.error = RuntimeError("broken on purpose")
             raise self.error
         assert msg.reply is not None
@@ -162,16 +160,6 @@ class BreakingOrdered:
 
         if self.error is not None:
             raise LocalProtocolError(f"broken by an earlier error: {self.error!r}")
-
-    def handle_timeout(self, now: float) -> None:
-        pass
-
-    def next_deadline(self) -> float | None:
-        return None
-
-    def drain_events(self) -> list[Any]:
-        events, self.events = self.events, []
-        return events
 
 
 def test_a_watcher_that_breaks_mid_read_hands_over_the_earlier_changes_and_the_real_error() -> None:

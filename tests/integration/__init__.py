@@ -21,6 +21,17 @@ from jssync import Client, Subscription
 
 T = TypeVar("T")
 
+# For the scripts memory tests run in a subprocess (prepended to them): a field of
+# /proc/self/status in bytes (VmRSS, VmHWM ...).
+PROC_STATUS = """
+def status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(key)
+"""
+
 FAST: dict[str, Any] = {
     "ping_interval": 0.5,
     "max_pings_out": 2,

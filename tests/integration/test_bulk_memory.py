@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import jssync
+from tests.integration import PROC_STATUS
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = 3000
@@ -25,17 +26,10 @@ SLACK = 24 * 1024 * 1024
 
 pytestmark = pytest.mark.timeout(180)
 
-CHILD = textwrap.dedent(
+CHILD = PROC_STATUS + textwrap.dedent(
     """
     import json, sys
     from jssync.spark import NatsConfig, WriteOptions, write_partition
-
-    def status(key):
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-        raise AssertionError(key)
 
     url, subject, rows, size, limit = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     cfg = NatsConfig(servers=(url,))

@@ -17,24 +17,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jssync import Client
-from tests.integration import clients  # noqa: F401  (fixture)
+from tests.integration import PROC_STATUS, clients  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 PAYLOAD = 100_000
 SECONDS = 5.0
 TIMEOUT = 1.0
 
-CHILD = textwrap.dedent(
+CHILD = PROC_STATUS + textwrap.dedent(
     """
     import json, sys, time
     import jssync
-
-    def status(key):
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-        raise AssertionError(key)
 
     url, seconds, timeout = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
     nc = jssync.connect(url)
