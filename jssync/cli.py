@@ -495,7 +495,9 @@ def serve(port: int, store_dir: str | None) -> int:
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    # SIGINT too, explicitly: a process started in the background by a shell inherits SIGINT
+    # ignored, and Python then installs no handler of its own (nats-server stops on it anyway).
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, stop)
     srv: NatsServer | None = None
     try:

@@ -33,9 +33,12 @@ def _tmp_dirs() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "jssync-nats-*")))
 
 
-def _start(port: int) -> subprocess.Popen[str]:
+def _start(port: int, *, sigint_ignored: bool = False) -> subprocess.Popen[str]:
+    def ignore_sigint() -> None:  # what a shell does to a command it starts in the background
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     proc = subprocess.Popen(CLI + ["server", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=ignore_sigint if sigint_ignored else None)
     deadline = time.monotonic() + 15
     while not _listening(port):
         assert proc.poll() is None, proc.communicate()
@@ -63,6 +66,17 @@ def test_the_server_stops_with_the_command_and_leaves_nothing(sig: int) -> None:
     assert proc.returncode == 0, err
     assert _wait_closed(port, 5.0), "nats-server outlived the command"
     assert _tmp_dirs() <= before, "the temporary store was left behind"
+
+
+def test_sigint_stops_the_server_even_when_started_with_sigint_ignored() -> None:
+    """A background job of a shell starts with SIGINT ignored (and Python then leaves it so):
+    the command still stops on it, as nats-server does."""
+    port = _free_port()
+    proc = _start(port, sigint_ignored=True)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert _wait_closed(port, 5.0), "nats-server outlived the command"
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux only")
