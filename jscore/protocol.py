@@ -129,10 +129,7 @@ _SUBJECT_CACHE_LIMIT: Final = 4096
 
 
 def _decode_subject(raw: bytes) -> str:
-    try:
-        subject = raw.decode()  # (_text inlined: once per new subject, every PubAck's is new)
-    except UnicodeDecodeError as exc:
-        raise RemoteProtocolError("subject is not valid UTF-8") from exc
+    subject = _text(raw, "subject")
     if len(_subject_cache) >= _SUBJECT_CACHE_LIMIT:
         _subject_cache.clear()
     _subject_cache[raw] = subject

@@ -78,9 +78,6 @@ __all__ = [
 ]
 
 MSG_ID: Final = "Nats-Msg-Id"
-# What a bulk writer keeps in flight at most, in bytes of frames (FrameWindow.max_bytes): the
-# producer's buffer.memory of Kafka, 32 MiB, for the same reason (a bounded executor).
-DEFAULT_MAX_PENDING_BYTES: Final = 32 * 1024 * 1024
 EXPECTED_STREAM: Final = "Nats-Expected-Stream"
 EXPECTED_LAST_SEQ: Final = "Nats-Expected-Last-Sequence"
 EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
@@ -881,6 +878,11 @@ def _lost_error(entry: PendingPublish) -> PubAckTimeoutError:
 
 
 # ==================================================================================== frame window
+
+
+# What a bulk writer keeps in flight at most, in bytes of frames (FrameWindow.max_bytes): the
+# producer's buffer.memory of Kafka, 32 MiB, for the same reason (a bounded executor).
+DEFAULT_MAX_PENDING_BYTES: Final = 32 * 1024 * 1024
 
 
 class FrameWindow:

@@ -1298,9 +1298,9 @@ def arrow_rows(batches: Iterator[Any], wopts: WriteOptions, plan: JsonPlan | Non
     """The rows of Arrow record batches (a partition, in order) in shapes the partition writer
     takes: the data column's values alone (bytes or str) when the writer reads no other column,
     else ``(data, subject, headers, msg_id)`` tuples. Columns are converted a slice of a batch
-    at a time (``_SLICE_ROWS``), which costs far less than Spark building a ``Row`` per row. With ``valueFormat=json`` the
-    payloads are the rows serialised (``plan``); a subject column's new values are checked
-    against ``wopts.captures`` before the batch is published."""
+    at a time (``_SLICE_ROWS`` rows), which costs far less than Spark building a ``Row`` per
+    row. With ``valueFormat=json`` the payloads are the rows serialised (``plan``); a subject
+    column's new values are checked against ``wopts.captures`` before the batch is published."""
     d, s, h, m = wopts.data_column, wopts.subject_column, wopts.headers_column, wopts.msg_id_column
     seen: set[str] = set()
     check = wopts.captures is not None and wopts.subject is None
