@@ -1,10 +1,16 @@
 """The blocking NATS client: one socket, one I/O thread, one lock.
 
 Application threads call into the core machine under the lock and, only if the I/O thread is
-asleep, poke a wake-up socket. The I/O thread is the only code that touches the socket: it
-waits in ``select`` on the socket and the wake-up socket with the core's ``next_deadline``, feeds
-bytes and timeouts to the core, writes ``data_to_send()`` in large coalesced writes and routes
-events to whoever waits for them. User callbacks never run on it.
+asleep, poke a wake-up socket. The I/O thread owns the socket: it waits (``epoll``, else
+``select``) on the socket and the wake-up socket with the core's ``next_deadline``, feeds bytes
+and timeouts to the core, writes ``data_to_send()`` in large coalesced writes, routes events to
+whoever waits for them, and is the only thread that dials, upgrades or closes. User callbacks
+never run on it.
+
+Two shortcuts save a thread hand-off on a round trip while the I/O thread is parked with
+nothing of its own to do: the caller writes its request itself (``_kick_locked``), and then
+reads the socket itself until its answer is in (leading: ``_take_read_locked`` and ``_lead``),
+doing under the lock exactly what the I/O thread would have done with those bytes.
 """
 
 from __future__ import annotations
@@ -58,8 +64,15 @@ _LOW_WATER: Final = 8 * 1024 * 1024
 _DEFAULT_PENDING_MSGS: Final = 512 * 1024
 _DEFAULT_PENDING_BYTES: Final = 64 * 1024 * 1024
 _INF: Final = float("inf")
+_LEAD_SLICE: Final = 0.25  # a leading caller re-checks its socket at least this often (s)
+_EPOLL: Final = getattr(select, "epoll", None)  # Linux: callers may read their own replies
+_EPOLLIN: Final = getattr(select, "EPOLLIN", 0)
+_EPOLLOUT: Final = getattr(select, "EPOLLOUT", 0)
+_NOT_OUT: Final = ~_EPOLLOUT  # input, hang-up or error: read the socket
 _monotonic = time.monotonic
 _log = logging.getLogger("jssync")
+# The session's events only the I/O thread acts on (it owns the socket's life).
+_DIRECTIVES: Final = (ev.ConnectRequested, ev.TlsUpgradeRequested, ev.CloseRequested)
 
 # --- fork safety -------------------------------------------------------------------------------
 
@@ -340,6 +353,26 @@ class Client:
         self._deferred = False  # acks queued without waking the I/O thread (_publish_to_reply)
         self._rbuf = bytearray(_READ_SIZE)  # the I/O thread's read buffer (see _read)
         self._rview = memoryview(self._rbuf)
+        # Leading (see _lead): the I/O thread waits in epoll, and a caller waiting for a reply
+        # takes the socket's read side by removing it from that wait, without waking it.
+        self._ep: Any = None
+        if _EPOLL is not None:
+            self._ep = _EPOLL()
+            self._ep.register(self._wake_r.fileno(), _EPOLLIN)
+        self._ep_fd = -1  # the socket's fd in the epoll set (-1: none)
+        self._ep_mask = 0  # what the epoll set waits for on it
+        self._want_out = False  # the I/O thread parked with output the socket did not take
+        self._reader = False  # a caller reads the socket (the I/O thread does not)
+        self._io_reading = False  # the I/O thread reads it (no caller may take it)
+        self._io_due: float | None = None  # the deadline the I/O thread last parked with
+        self._handover: list[Any] = []  # events a leading caller left for the I/O thread
+        self._broken: BaseException | None = None  # what a leading caller's core call raised
+        self._lead_buf: bytearray | None = None  # the leading caller's read buffer
+        # The I/O thread pokes a leading caller after each turn (a timer fired, a close): what
+        # it waits for may be in without a byte from the socket.
+        self._lead_r, self._lead_w = socket.socketpair()
+        self._lead_r.setblocking(False)
+        self._lead_w.setblocking(False)
         self._shell = Shell(self)
 
     # ------------------------------------------------------------------ lifecycle
@@ -415,6 +448,8 @@ class Client:
         with contextlib.suppress(OSError):
             self._wake_r.close()
             self._wake_w.close()
+            self._lead_r.close()
+            self._lead_w.close()
 
     def drain(self, timeout: float = 10.0) -> None:
         """Unsubscribe everything, let callbacks finish what is queued, flush, then close."""
@@ -601,14 +636,18 @@ class Client:
         listens, :class:`TimeoutError` after ``timeout`` seconds."""
         timeout = check_timeout(timeout)
         self._check_fork()
+        deadline = _monotonic() + timeout
         waiter: queue.SimpleQueue[ev.ReplyReceived | _Stop] = queue.SimpleQueue()
         with self._lock:
             token = self._conn.request(subject, payload, headers)
             self._requests[token] = waiter
             self._kick_locked()
+            sock = self._take_read_locked()
         item: ev.ReplyReceived | _Stop | None = None
         try:
-            item = waiter.get(timeout=timeout)
+            if sock is not None:
+                self._lead(sock, waiter.empty, deadline)
+            item = waiter.get(timeout=max(0.0, deadline - _monotonic()))
         except queue.Empty:
             pass
         finally:
@@ -631,14 +670,18 @@ class Client:
         """Wait until the server has processed everything sent so far (a PING/PONG round trip)."""
         timeout = check_timeout(timeout)
         self._check_fork()
+        deadline = _monotonic() + timeout
         waiter: queue.SimpleQueue[bool | _Stop] = queue.SimpleQueue()
         with self._lock:
             token = self._conn.flush()
             self._flushes[token] = waiter
-            self._wake_locked()
+            self._kick_locked()
+            sock = self._take_read_locked()
         item: bool | _Stop | None = None
         try:
-            item = waiter.get(timeout=timeout)
+            if sock is not None:
+                self._lead(sock, waiter.empty, deadline)
+            item = waiter.get(timeout=max(0.0, deadline - _monotonic()))
         except queue.Empty:
             pass
         finally:
@@ -792,6 +835,139 @@ class Client:
             self._io_idle = False
             self._poke()
 
+    # -- leading: a caller that waits for a reply reads the socket itself -------------------------
+
+    def _take_read_locked(self) -> socket.socket | None:
+        """Under the lock, for a caller about to wait for a reply: take the socket's read side
+        unless the I/O thread is reading it (see :meth:`_lead`). The socket, or None (then wait
+        for the I/O thread as usual)."""
+        if self._ep is None or self._reader or self._io_reading:
+            return None
+        sock = self._sock
+        if sock is None or sock.__class__ is not socket.socket or self._conn.state is not State.CONNECTED:
+            return None
+        self._reader = True
+        self._set_mask_locked()
+        return sock
+
+    def _set_mask_locked(self) -> None:
+        """Under the lock: make the I/O thread's epoll set wait for what it should on the socket:
+        input unless a caller reads it, output when the I/O thread has some the socket did not
+        take. Takes effect in a wait already in progress, without waking it."""
+        ep = self._ep
+        if ep.closed:
+            return
+        sock = self._sock
+        fd = sock.fileno() if sock is not None else -1
+        if fd != self._ep_fd:
+            self._forget_fd_locked()
+            if fd >= 0:
+                try:
+                    ep.register(fd, 0)
+                except FileExistsError:  # (a socket closed without _close_socket: its fd reused)
+                    self._ep_mask = -1
+                self._ep_fd = fd
+        if fd < 0:
+            return
+        mask = (0 if self._reader else _EPOLLIN) | (_EPOLLOUT if self._want_out else 0)
+        if mask != self._ep_mask:
+            ep.modify(fd, mask)
+            self._ep_mask = mask
+
+    def _forget_fd_locked(self) -> None:
+        if self._ep_fd >= 0:
+            with contextlib.suppress(OSError, ValueError):
+                self._ep.unregister(self._ep_fd)
+        self._ep_fd = -1
+        self._ep_mask = 0
+
+    def _lead(self, sock: socket.socket, pending: Callable[[], bool], deadline: float) -> None:
+        """Read ``sock`` on this thread until ``pending()`` is false (what the caller waits for
+        was routed), the deadline passes, or the socket changes or fails; then give the read
+        side back to the I/O thread.
+
+        A round trip then wakes one thread, not two: the I/O thread stays parked (the socket is
+        out of its epoll set) and the caller does what it would have done, under the lock:
+        feeds the bytes to the session, routes every event (other callers' replies included),
+        writes the output the session queued. What only the I/O thread does (directives such as
+        a reconnect, and the notices for ``on_event``) is handed over to it. An EOF or a socket
+        error is left unread: the I/O thread finds it once it waits on the socket again.
+        """
+        lock = self._lock
+        session = self._session
+        buf = self._lead_buf
+        if buf is None:
+            buf = self._lead_buf = bytearray(_READ_SIZE)
+        view = memoryview(buf)
+        poller = select.poll()
+        lead_r = self._lead_r
+        lead_fd = lead_r.fileno()
+        try:
+            try:
+                poller.register(sock, select.POLLIN)
+                poller.register(lead_fd, select.POLLIN)
+            except (OSError, ValueError):
+                return  # (closed meanwhile by the I/O thread)
+            while pending():
+                remaining = deadline - _monotonic()
+                if remaining <= 0:
+                    return
+                readable = False
+                for fd, _ in poller.poll(min(remaining, _LEAD_SLICE) * 1000.0):
+                    if fd != lead_fd:
+                        readable = True
+                    else:
+                        with contextlib.suppress(OSError):
+                            while lead_r.recv(4096):
+                                pass
+                with lock:
+                    if self._sock is not sock:
+                        return
+                    if not readable:
+                        continue
+                    try:
+                        n = sock.recv_into(buf)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        return
+                    if not n:
+                        return
+                    try:
+                        session.receive_data(view[:n].tobytes(), _monotonic())
+                        directives: list[Any] = []
+                        notices: list[Any] = []
+                        self._route_events(directives, notices)
+                    except BaseException as exc:
+                        # The core failed (or was interrupted) halfway through the bytes: its
+                        # state is unknown. The I/O thread fails the client as if it had hit
+                        # this itself; the caller then finds the stop in its waiter.
+                        self._broken = exc
+                        self._io_idle = False
+                        self._poke()
+                        if isinstance(exc, Exception):
+                            return
+                        raise
+                    if directives or notices:
+                        self._handover += directives
+                        self._handover += notices
+                        self._io_idle = False
+                        self._poke()
+                    self._kick_locked()
+                    if session.has_work:
+                        self._wake_locked()
+                    elif self._io_idle:
+                        # A timer the bytes armed (a re-send's backoff) is the I/O thread's:
+                        # wake it if it sleeps past it.
+                        due = session.next_deadline()
+                        if due is not None and (self._io_due is None or due < self._io_due):
+                            self._wake_locked()
+        finally:
+            with lock:
+                self._reader = False
+                if self._io_idle:
+                    self._set_mask_locked()
+
     def _io_main(self) -> None:
         try:
             self._io_loop()
@@ -800,6 +976,9 @@ class Client:
         finally:
             if self._auth is not None:
                 self._auth.forget()
+            if self._ep is not None:
+                with self._lock:
+                    self._ep.close()
 
     def _fail_everything(self, exc: BaseException) -> None:
         with self._lock:
@@ -842,6 +1021,12 @@ class Client:
         # its send, so the socket is never closed (and its fd reused) under that send.
         with self._lock:
             sock, self._sock = self._sock, None
+            if self._ep is not None:
+                self._forget_fd_locked()
+            if sock is not None and self._reader:
+                # A leading caller polls this socket: wake it (it then finds the socket gone).
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
@@ -851,12 +1036,21 @@ class Client:
         session = self._session
         lock = self._lock
         wake_r = self._wake_r
+        wake_fd = wake_r.fileno()
+        ep = self._ep
         wbuf = bytearray()
         while True:
             directives: list[Any] = []
             notices: list[Any] = []
             with lock:
                 self._io_idle = False  # (see _kick_locked: no caller writes while we work)
+                if self._broken is not None:
+                    raise self._broken  # (a leading caller's core call failed; see _lead)
+                if self._handover:
+                    # What a leading caller routed for us (older than what follows).
+                    for e in self._handover:
+                        (directives if e.__class__ in _DIRECTIVES else notices).append(e)
+                    self._handover.clear()
                 if self._spill:
                     wbuf += self._spill  # a caller's unwritten request: older than what follows
                     self._spill.clear()
@@ -897,22 +1091,44 @@ class Client:
                 # From here on, a thread that queues output must wake us (unless we are
                 # only waiting for the socket to take what is already buffered).
                 self._io_idle = True
-                deadline = session.next_deadline()
+                if self._reader:
+                    # This turn may have settled what a leading caller waits for (see _lead).
+                    with contextlib.suppress(OSError):
+                        self._lead_w.send(b"\0")
+                if ep is not None:
+                    self._want_out = bool(wbuf) and sock is not None
+                    self._set_mask_locked()
+                deadline = self._io_due = session.next_deadline()
             timeout = None if deadline is None else max(0.0, deadline - _monotonic())
-            rlist: list[Any] = [wake_r]
-            if sock is not None:
-                rlist.append(sock)
-            wlist = [sock] if (wbuf and sock is not None) else []
-            try:
-                readable, writable, _ = select.select(rlist, wlist, [], timeout)
-            except (OSError, ValueError) as exc:
-                self._lost(exc, wbuf)
-                continue
-            if wake_r in readable:
+            if ep is not None:
+                try:
+                    ready = ep.poll(-1.0 if timeout is None else timeout)
+                except OSError as exc:
+                    self._lost(exc, wbuf)
+                    continue
+                woken = readable = False
+                for fd, mask in ready:
+                    if fd == wake_fd:
+                        woken = True
+                    elif mask & _NOT_OUT:
+                        readable = True
+            else:
+                rlist: list[Any] = [wake_r]
+                if sock is not None:
+                    rlist.append(sock)
+                wlist = [sock] if (wbuf and sock is not None) else []
+                try:
+                    rs, _, _ = select.select(rlist, wlist, [], timeout)
+                except (OSError, ValueError) as exc:
+                    self._lost(exc, wbuf)
+                    continue
+                woken = wake_r in rs
+                readable = sock is not None and sock in rs
+            if woken:
                 with contextlib.suppress(OSError):
                     while wake_r.recv(4096):
                         pass
-            if sock is not None and sock in readable:
+            if readable and sock is not None:
                 self._read(sock, wbuf)
 
     def _route_events(self, directives: list[Any], notices: list[Any]) -> None:
@@ -935,7 +1151,7 @@ class Client:
                 f = self._flushes.pop(e.token, None)
                 if f is not None:
                     f.put(True)
-            elif cls in (ev.ConnectRequested, ev.TlsUpgradeRequested, ev.CloseRequested):
+            elif cls in _DIRECTIVES:
                 directives.append(e)
             else:
                 if cls is ev.Connected:
@@ -1051,7 +1267,13 @@ class Client:
         return True
 
     def _read(self, sock: socket.socket, wbuf: bytearray) -> None:
-        conn = self._conn
+        with self._lock:
+            # Until our last chunk is fed no caller takes the read side (see _lead); one that
+            # took it before we got here keeps it, and reads what woke us.
+            self._io_idle = False
+            if self._reader:
+                return
+            self._io_reading = True
         chunks: list[bytes] = []
         eof = False
         error: Exception | None = None
@@ -1076,15 +1298,20 @@ class Client:
             pass
         except OSError as exc:
             error = exc
-        if chunks:
-            # One hold of the lock per chunk (at most _READ_SIZE of work), so a caller waiting
-            # for the lock during a flood waits for one chunk, not a whole turn.
-            session = self._session
-            lock = self._lock
-            now = _monotonic()
-            for c in chunks:
-                with lock:
-                    session.receive_data(c, now)
+        # One hold of the lock per chunk (at most _READ_SIZE of work), so a caller waiting for
+        # the lock during a flood waits for one chunk, not a whole turn.
+        session = self._session
+        lock = self._lock
+        now = _monotonic()
+        last = len(chunks) - 1
+        if last < 0:
+            with lock:
+                self._io_reading = False
+        for i, c in enumerate(chunks):
+            with lock:
+                if i == last:
+                    self._io_reading = False
+                session.receive_data(c, now)
         if eof or error is not None:
             self._lost(error or ConnectionResetError("the server closed the connection"), wbuf)
 
@@ -1188,6 +1415,18 @@ class Shell:
     def wake_locked(self) -> None:
         """Make the I/O thread look at the session (new output, an earlier deadline)."""
         self._client._wake_locked()
+
+    # -- leading ----------------------------------------------------------------------------
+
+    def take_read_locked(self) -> socket.socket | None:
+        """For a caller about to wait for an answer (after :meth:`kick_locked`): the socket, if
+        this thread may read it itself until the answer is in (see ``Client._lead``)."""
+        return self._client._take_read_locked()
+
+    def lead(self, sock: socket.socket, pending: Callable[[], bool], deadline: float) -> None:
+        """Outside the lock, with the socket :meth:`take_read_locked` gave: read it until
+        ``pending()`` is false or ``deadline`` passes, then give it back to the I/O thread."""
+        self._client._lead(sock, pending, deadline)
 
     @property
     def has_deferred(self) -> bool:

@@ -366,7 +366,10 @@ class Publisher:
                 window.remove(token)
                 raise
             shell.kick_locked()
-        if not entry.lock.acquire(True, t):
+            sock = shell.take_read_locked()
+        if sock is not None:
+            shell.lead(sock, entry.lock.locked, now + t)
+        if not entry.lock.acquire(True, max(0.0, now + t - _monotonic())):
             with self._lock:
                 timed_out = entry.outcome is PENDING
                 if timed_out:

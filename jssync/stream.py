@@ -399,21 +399,39 @@ class DirectGetIterator(Iterator[StoredMsg]):
         """The next item once it arrives. The machine times the call out by itself (the I/O
         thread fires its deadline); the guard only covers an I/O thread that died."""
         items = self._items
-        limit = self._machine.timeout + _GUARD
+        shell = self._shell
+        machine = self._machine
+        limit = machine.timeout + _GUARD
+        end = _monotonic() + limit
+        may_lead = True
         while True:
-            with self._shell.lock:
+            with shell.lock:
                 if items:
                     return items.popleft()
-                self._waiting = True
-            try:
-                self._wake.get(timeout=limit)
-            except queue.Empty:
-                with self._shell.lock:
-                    self._waiting = False
-                if items:
-                    continue
-                self.close()
-                raise TimeoutError(f"direct get: no progress within {limit:g} s") from None
+                # Read the replies on this thread while the I/O thread is parked (leading),
+                # once per wait: a lead that ends without a message gave the socket back.
+                sock = shell.take_read_locked() if may_lead else None
+                if sock is None:
+                    self._waiting = True
+            if sock is not None:
+                shell.lead(sock, lambda: not (items and machine.done), end)
+                may_lead = False
+                continue
+            if self._take_wake(end):
+                continue
+            with shell.lock:
+                self._waiting = False
+            if items:
+                continue
+            self.close()
+            raise TimeoutError(f"direct get: no progress within {limit:g} s") from None
+
+    def _take_wake(self, end: float) -> bool:
+        """Wait for the sink's wake-up until ``end``; False if none came."""
+        try:
+            return self._wake.get(timeout=max(0.0, end - _monotonic()))
+        except queue.Empty:
+            return False
 
     # -- ending early ---------------------------------------------------------------------------
 

@@ -22,7 +22,9 @@ ROWS = 3000
 ROW = 64 * 1024
 LIMIT = 8 * 1024 * 1024
 BATCH = 64  # frames the writer hands over at a time (the bound may be passed by one batch)
-SLACK = 24 * 1024 * 1024
+# The joined copies of the window on their way to the socket, and the allocator's slack: the
+# growth measured here is 31-40 MiB; what the count bound alone would hold is 256 MiB.
+SLACK = 40 * 1024 * 1024
 
 pytestmark = pytest.mark.timeout(180)
 

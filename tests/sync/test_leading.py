@@ -1,0 +1,224 @@
+"""Leading: a caller waiting for an answer reads the socket itself while the I/O thread stays
+parked (see docs/design.md, "a caller waiting for an answer reads the socket itself").
+
+Against the scripted fake server: which thread fed the bytes, what the leader hands over to the
+I/O thread (a server PING's PONG, a fatal -ERR, another caller's reply, a close), and that a
+lead never outlives what it waits for.
+"""
+
+from __future__ import annotations
+
+import select
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from jscore.errors import ConnectionClosedError, NatsError, TimeoutError
+from jssync import Client
+from jssync.events import Closed, Disconnected, Reconnected, ServerError
+from tests.integration import EventLog, clients
+from tests.support.fakeserver import FakeConn, FakeServer
+
+__all__ = ["clients"]
+
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(not hasattr(select, "epoll"), reason="leading needs epoll (Linux)"),
+]
+
+
+STREAM_INFO = (
+    b'{"type":"io.nats.jetstream.api.v1.stream_info_response","config":{"name":"S","subjects":["s.>"],'
+    b'"allow_direct":true},"state":{"messages":0,"bytes":0,"first_seq":0,"last_seq":0,"consumer_count":0},'
+    b'"created":"2026-11-28T00:00:00Z"}'
+)
+
+
+def _connected(fake: FakeServer, clients: Callable[..., Client], **options: Any) -> tuple[Client, FakeConn]:
+    nc = clients(fake.url, **options)
+    conn = fake.accept()
+    conn.handshake()
+    nc.flush(timeout=2)
+    return nc, conn
+
+
+def _feeders(nc: Client) -> list[str]:
+    """Record the name of the thread that feeds each read to the core."""
+    names: list[str] = []
+    session = nc._session
+    real = session.receive_data
+
+    def recording(data: bytes, now: float) -> None:
+        names.append(threading.current_thread().name)
+        real(data, now)
+
+    session.receive_data = recording  # type: ignore[method-assign]
+    return names
+
+
+def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append(fn())
+        except BaseException as exc:  # noqa: BLE001
+            box.append(exc)
+
+    t = threading.Thread(target=run, name="caller")
+    t.start()
+    return t, box
+
+
+def _reply_to(conn: FakeConn, subject: bytes) -> tuple[str, int]:
+    """The reply subject of the next PUB on ``subject`` and the sid of the request inbox."""
+    frames = [f for f in conn.received if f.startswith(b"SUB _INBOX.")]
+    pub = conn.expect(b"PUB " + subject + b" ")
+    if not frames:
+        frames = [f for f in conn.received if f.startswith(b"SUB _INBOX.")]
+    return pub.split()[2].decode(), int(frames[-1].split()[-1])
+
+
+def test_a_request_reads_its_own_reply(fake_server: FakeServer, clients: Callable[..., Client]) -> None:
+    nc, conn = _connected(fake_server, clients)
+    names = _feeders(nc)
+    t, box = _in_thread(lambda: nc.request("svc", b"q", timeout=3))
+    reply, sid = _reply_to(conn, b"svc")
+    time.sleep(0.05)  # the caller is parked in its own poll by now
+    conn.send_msg(reply, sid, b"answer")
+    t.join(3)
+    assert box and getattr(box[0], "data", None) == b"answer"
+    assert names == ["caller"], names  # the I/O thread never woke for it
+
+
+def test_the_leader_answers_a_server_ping(fake_server: FakeServer, clients: Callable[..., Client]) -> None:
+    nc, conn = _connected(fake_server, clients)
+    names = _feeders(nc)
+    t, box = _in_thread(lambda: nc.request("svc", b"q", timeout=3))
+    reply, sid = _reply_to(conn, b"svc")
+    time.sleep(0.05)
+    conn.send(b"PING\r\n")
+    assert conn.expect(b"PONG", timeout=2) == b"PONG\r\n"  # written by the leader
+    conn.send_msg(reply, sid, b"answer")
+    t.join(3)
+    assert box and getattr(box[0], "data", None) == b"answer"
+    assert set(names) == {"caller"}, names
+
+
+def test_the_leader_routes_another_callers_reply(fake_server: FakeServer, clients: Callable[..., Client]) -> None:
+    nc, conn = _connected(fake_server, clients)
+    names = _feeders(nc)
+    t1, box1 = _in_thread(lambda: nc.request("one", b"1", timeout=3))
+    reply1, sid = _reply_to(conn, b"one")
+    time.sleep(0.05)  # the first caller leads
+    t2, box2 = _in_thread(lambda: nc.request("two", b"2", timeout=3))
+    reply2, _ = _reply_to(conn, b"two")
+    time.sleep(0.05)  # the second waits on its queue
+    conn.send_msg(reply2, sid, b"second")  # read by the leader, for the other caller
+    t2.join(3)
+    assert box2 and getattr(box2[0], "data", None) == b"second"
+    assert t1.is_alive()
+    conn.send_msg(reply1, sid, b"first")
+    t1.join(3)
+    assert box1 and getattr(box1[0], "data", None) == b"first"
+    assert "jssync-io" not in names, names
+
+
+def test_a_fatal_error_read_by_the_leader_is_handed_to_the_io_thread(
+    fake_server: FakeServer, clients: Callable[..., Client]
+) -> None:
+    events = EventLog()
+    nc, conn = _connected(fake_server, clients, on_event=events)
+    names = _feeders(nc)
+    t, box = _in_thread(lambda: nc.request("svc", b"q", timeout=3))
+    _reply_to(conn, b"svc")
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    conn.send(b"-ERR 'Stale Connection'\r\n")
+    # The I/O thread closes this transport and reconnects (the notices in order, once each).
+    again = fake_server.accept(timeout=5)
+    again.handshake()
+    events.wait_for(Reconnected, timeout=5)
+    t.join(5)
+    assert names[0] == "caller"
+    assert not t.is_alive()
+    assert box and isinstance(box[0], (TimeoutError, NatsError)), box
+    assert time.monotonic() - t0 < 4.0
+    kinds = [type(e) for e in events.events if type(e) in (ServerError, Disconnected, Reconnected)]
+    assert kinds.index(Disconnected) < kinds.index(Reconnected)
+    assert kinds.count(Disconnected) == 1 and kinds.count(Reconnected) == 1
+    assert nc.is_connected
+
+
+def test_an_eof_under_a_leader_goes_to_the_io_thread(fake_server: FakeServer, clients: Callable[..., Client]) -> None:
+    events = EventLog()
+    nc, conn = _connected(fake_server, clients, on_event=events)
+    t, box = _in_thread(lambda: nc.request("svc", b"q", timeout=2))
+    _reply_to(conn, b"svc")
+    time.sleep(0.05)
+    conn.close()
+    events.wait_for(Disconnected, timeout=3)  # found by the I/O thread, which reconnects
+    fake_server.accept(timeout=5).handshake()
+    events.wait_for(Reconnected, timeout=5)
+    t.join(4)
+    assert not t.is_alive(), "the request hung"
+    assert box and isinstance(box[0], (TimeoutError, NatsError)), box
+
+
+def test_close_wakes_a_leader_at_once(fake_server: FakeServer, clients: Callable[..., Client]) -> None:
+    events = EventLog()
+    nc, conn = _connected(fake_server, clients, on_event=events)
+    t, box = _in_thread(lambda: nc.request("svc", b"q", timeout=30))
+    _reply_to(conn, b"svc")
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    nc.close(timeout=2)
+    t.join(3)
+    assert not t.is_alive(), "the request hung"
+    assert time.monotonic() - t0 < 0.2  # not the leader's periodic look (0.25 s)
+    assert box and isinstance(box[0], ConnectionClosedError), box
+    assert len(events.of(Closed)) == 1
+
+
+def test_a_batch_timed_out_by_the_io_thread_ends_the_lead(
+    fake_server: FakeServer, clients: Callable[..., Client]
+) -> None:
+    """A batched direct get that gets no answer: its machine's deadline, fired by the I/O
+    thread, ends the caller's lead at that moment (the I/O thread pokes the leader)."""
+    nc, conn = _connected(fake_server, clients)
+    t, box = _in_thread(lambda: nc.jetstream().stream("S"))
+    reply, sid = _reply_to(conn, b"$JS.API.STREAM.INFO.S")
+    conn.send_msg(reply, sid, STREAM_INFO)
+    t.join(3)
+    stream = box[0]
+    t0 = time.monotonic()
+    it = stream.direct_get_batch(batch=10, seq=1, timeout=0.3)
+    conn.expect(b"PUB $JS.API.DIRECT.GET.S ")
+    with pytest.raises(TimeoutError):
+        next(it)
+    took = time.monotonic() - t0
+    assert it.reason == "timeout"
+    # Without the poke the leader would see it at its next periodic look (0.5 s).
+    assert 0.29 <= took < 0.45, took
+
+
+def test_a_publish_retry_timer_armed_by_the_leader_fires(
+    fake_server: FakeServer, clients: Callable[..., Client]
+) -> None:
+    """The leader reads a 503 whose re-send is a timer: it wakes the I/O thread to arm it."""
+    nc, conn = _connected(fake_server, clients)
+    js = nc.jetstream()
+    t, box = _in_thread(lambda: js.publish("orders.x", b"o", timeout=3))
+    first = conn.expect(b"PUB orders.x ")
+    reply = first.split()[2].decode()
+    sid = int([f for f in conn.received if f.startswith(b"SUB _INBOX.")][-1].split()[-1])
+    time.sleep(0.05)
+    conn.send_msg(reply, sid, b"", headers=b"NATS/1.0 503\r\n\r\n")
+    again = conn.expect(b"PUB orders.x ", timeout=2)  # the backoff's re-send (0.25 s)
+    reply = again.split()[2].decode()
+    conn.send_msg(reply, sid, b'{"stream":"ORDERS","seq":7}')
+    t.join(3)
+    assert box and getattr(box[0], "seq", None) == 7, box
