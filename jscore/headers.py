@@ -40,8 +40,10 @@ _LINE_BREAKS = frozenset("\r\n")
 # general parser decides, so the result is always the general parser's.
 _TOKEN_RE: Final = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _VALUE_CHAR_RE: Final = r"[^\r\n]"
+# (Possessive quantifiers: the same matches, as a value cannot hold the CR that ends it and a
+# line cannot start with one; without backtracking points the engine does less per character.)
 _COMMON_BLOCK: Final = re.compile(
-    r"NATS/1\.0\r\n(?:" + _TOKEN_RE + ":" + _VALUE_CHAR_RE + r"*(?<![ \t])\r\n)*\r\n"
+    r"NATS/1\.0\r\n(?:" + _TOKEN_RE + "+:" + _VALUE_CHAR_RE + r"*+(?<![ \t])\r\n)*+\r\n"
 )
 _COMMON_LINE: Final = re.compile("(" + _TOKEN_RE + r"):[ \t]*(" + _VALUE_CHAR_RE + r"*)\r\n")
 _FIRST_LINE: Final = len(b"NATS/1.0\r\n")

@@ -607,10 +607,10 @@ _DIRECT_GET_SPELLING: Final = {
 # headers of a batch after them), read in one match from the checked, unsplit block. Any
 # other block (the message's own headers, another order or spelling) is read pair by pair.
 _DIRECT_REPLY: Final = re.compile(
-    r"NATS/1\.0\r\nNats-Stream:[ \t]*([^\r\n]*)\r\nNats-Subject:[ \t]*([^\r\n]*)\r\n"
-    r"Nats-Sequence:[ \t]*([^\r\n]*)\r\nNats-Time-Stamp:[ \t]*([^\r\n]*)\r\n"
-    r"(?:Nats-Num-Pending:[ \t]*([^\r\n]*)\r\n)?(?:Nats-Last-Sequence:[ \t]*([^\r\n]*)\r\n)?"
-    r"(?:Nats-UpTo-Sequence:[ \t]*([^\r\n]*)\r\n)?\r\n"
+    r"NATS/1\.0\r\nNats-Stream:[ \t]*+([^\r\n]*+)\r\nNats-Subject:[ \t]*+([^\r\n]*+)\r\n"
+    r"Nats-Sequence:[ \t]*+([^\r\n]*+)\r\nNats-Time-Stamp:[ \t]*+([^\r\n]*+)\r\n"
+    r"(?:Nats-Num-Pending:[ \t]*+([^\r\n]*+)\r\n)?(?:Nats-Last-Sequence:[ \t]*+([^\r\n]*+)\r\n)?"
+    r"(?:Nats-UpTo-Sequence:[ \t]*+([^\r\n]*+)\r\n)?\r\n"
 )
 
 DirectCursor = tuple[Union[str, None], Union[str, None], Union[str, None]]
