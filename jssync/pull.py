@@ -44,7 +44,7 @@ from jscore.machine import MachineFailed, Stop
 
 from .client import shell_of
 from .events import CallbackError
-from .msg import JsMsg, _ack_defer
+from .msg import JsMsg
 
 if TYPE_CHECKING:
     from .client import Client
@@ -289,6 +289,7 @@ class _ConsumeDriver(_Driver):
         deferred acks go out with the pull this may send."""
         shell = self._shell
         with shell.lock:
+            shell.hand_over_acks_locked()
             shell.clear_deferred_locked()
             if not self._done:
                 shell.command_locked(self._slot, P.MessagesTaken(count=count, size=size), kick=True)
@@ -309,7 +310,7 @@ class _ConsumeDriver(_Driver):
             if not self._done and shell.session.running(self._slot):
                 shell.command_locked(self._slot, P.AckNext(reply=reply), kick=True)
                 return
-        shell.publish_to_reply(reply, P.ACK_BODY, False)
+        shell.publish_to_reply(reply, P.ACK_BODY)
 
     def _on_event(self, e: Any) -> None:
         if e.__class__ is _DELIVERED:
@@ -410,7 +411,7 @@ class ConsumeContext:
         driver = self._driver
         shell = driver._shell
         flushed = _monotonic()
-        _ack_defer.on = True  # this thread's acks go out in batches, with the take reports
+        shell.hold_acks(True)  # this thread's acks go out in batches, with the take reports
         try:
             while True:
                 try:
@@ -456,6 +457,7 @@ class ConsumeContext:
                     self._report(item)
         finally:
             taker.flush()
+            shell.hold_acks(False)
             if self._progress_slot:
                 self._progress(Stop())
             self._closed.set()

@@ -764,6 +764,66 @@ def test_handler_acks_leave_promptly_when_the_stream_goes_quiet(env: PullEnv) ->
         assert watch.info().num_pending == 0
 
 
+def test_a_handlers_request_goes_after_its_acks(env: PullEnv) -> None:
+    """A handler's acks are held on the dispatcher thread; a request it makes hands them over
+    first. Watched on the wire: one subscription of the monitor connection sees the acks and
+    answers the handler's probe with how many it saw before it (the server keeps the order of
+    what one connection sends, for one subscriber)."""
+    env.publish(3)
+    c = env.consumer("H", ack_wait=30.0)
+    ack_prefix = f"$JS.ACK.{env.name}."
+    probe = f"probe.{env.name}"
+    seen = [0]
+
+    def watcher(m: Any) -> None:
+        if m.subject.startswith(ack_prefix):
+            seen[0] += 1
+        elif m.subject == probe:
+            m.respond(str(seen[0]).encode())
+
+    sub = env.mon.subscribe(">", callback=watcher)
+    env.mon.flush(timeout=2)
+    answers: list[int] = []
+    done = threading.Event()
+
+    def handler(msg: Any) -> None:
+        msg.ack()
+        answers.append(int(env.nc.request(probe, b"", timeout=5).data))
+        if len(answers) == 3:
+            done.set()
+
+    try:
+        with c.consume(handler, max_messages=10, expires=EXPIRES, heartbeat=HB):
+            assert done.wait(10)
+    finally:
+        sub.unsubscribe()
+    assert answers == [1, 2, 3], answers
+
+
+def test_a_handlers_in_progress_goes_at_once(env: PullEnv) -> None:
+    """+WPI is not held: a handler that keeps saying it is at work is not redelivered while
+    it works longer than ack_wait (nothing else wakes the I/O thread: heartbeats are slow)."""
+    env.publish(1)
+    c = env.consumer("I", ack_wait=1.0)
+    calls: list[int] = []
+    done = threading.Event()
+
+    def handler(msg: Any) -> None:
+        calls.append(msg.metadata.num_delivered)
+        if len(calls) == 1:
+            for _ in range(6):
+                msg.in_progress()
+                time.sleep(0.4)  # 2.4 s in all: 2.4 x ack_wait
+        msg.ack()
+        done.set()
+
+    with c.consume(handler, max_messages=5, expires=20.0, heartbeat=10.0):
+        assert done.wait(10)
+        time.sleep(0.5)  # room for a redelivery to arrive
+    assert calls == [1], calls
+    assert c.info().num_ack_pending == 0 and c.info().num_redelivered == 0
+
+
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("auto_progress", [None, 0.4])
 def test_auto_progress_keeps_a_long_handler_from_redelivery(env: PullEnv, auto_progress: float | None) -> None:
