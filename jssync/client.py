@@ -383,6 +383,7 @@ class Client:
         self._handover: list[Any] = []  # events a leading caller left for the I/O thread
         self._broken: BaseException | None = None  # what a leading caller's core call raised
         self._lead_buf: bytearray | None = None  # the leading caller's read buffer
+        self._lead_poll: tuple[socket.socket, Any] | None = None  # its poll object, per socket
         # The I/O thread pokes a leading caller after each turn (a timer fired, a close): what
         # it waits for may be in without a byte from the socket.
         self._lead_r, self._lead_w = socket.socketpair()
@@ -680,8 +681,10 @@ class Client:
                 self._hand_over_acks_locked()  # (a handler's acks go before its request)
             token = self._conn.request(subject, payload, headers)
             self._requests[token] = waiter
-            self._kick_locked()
+            # The read side first: once the request is on the wire the reply may come before
+            # this thread runs again (a send lets another thread take the GIL).
             sock = self._take_read_locked()
+            self._kick_locked()
         item: ev.ReplyReceived | _Stop | None = None
         try:
             if sock is not None:
@@ -716,8 +719,8 @@ class Client:
                 self._hand_over_acks_locked()  # (a handler's flush covers its acks)
             token = self._conn.flush()
             self._flushes[token] = waiter
+            sock = self._take_read_locked()  # (before the PING leaves: see request)
             self._kick_locked()
-            sock = self._take_read_locked()
         item: bool | _Stop | None = None
         try:
             if sock is not None:
@@ -940,15 +943,21 @@ class Client:
         if buf is None:
             buf = self._lead_buf = bytearray(_READ_SIZE)
         view = memoryview(buf)
-        poller = select.poll()
         lead_r = self._lead_r
         lead_fd = lead_r.fileno()
         try:
-            try:
-                poller.register(sock, select.POLLIN)
-                poller.register(lead_fd, select.POLLIN)
-            except (OSError, ValueError):
-                return  # (closed meanwhile by the I/O thread)
+            # One poll object per socket, kept for the next lead (only the reader uses it).
+            cached = self._lead_poll
+            if cached is not None and cached[0] is sock:
+                poller = cached[1]
+            else:
+                poller = select.poll()
+                try:
+                    poller.register(sock, select.POLLIN)
+                    poller.register(lead_fd, select.POLLIN)
+                except (OSError, ValueError):
+                    return  # (closed meanwhile by the I/O thread)
+                self._lead_poll = (sock, poller)
             while pending():
                 remaining = deadline - _monotonic()
                 if remaining <= 0:
@@ -1460,8 +1469,9 @@ class Shell:
     # -- leading ----------------------------------------------------------------------------
 
     def take_read_locked(self) -> socket.socket | None:
-        """For a caller about to wait for an answer (after :meth:`kick_locked`): the socket, if
-        this thread may read it itself until the answer is in (see ``Client._lead``)."""
+        """For a caller about to wait for an answer (before :meth:`kick_locked` sends what it
+        waits on: the answer may come before this thread runs again): the socket, if this
+        thread may read it itself until the answer is in (see ``Client._lead``)."""
         return self._client._take_read_locked()
 
     def lead(self, sock: socket.socket, pending: Callable[[], bool], deadline: float) -> None:

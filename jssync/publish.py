@@ -366,8 +366,8 @@ class Publisher:
             except BaseException:
                 window.remove(token)
                 raise
+            sock = shell.take_read_locked()  # (before the frame leaves; see Shell.take_read_locked)
             shell.kick_locked()
-            sock = shell.take_read_locked()
         if sock is not None:
             shell.lead(sock, entry.lock.locked, now + t)
         if not entry.lock.acquire(True, max(0.0, now + t - _monotonic())):

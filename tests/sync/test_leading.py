@@ -8,6 +8,7 @@ lead never outlives what it waits for.
 
 from __future__ import annotations
 
+import os
 import select
 import threading
 import time
@@ -222,3 +223,39 @@ def test_a_publish_retry_timer_armed_by_the_leader_fires(
     conn.send_msg(reply, sid, b'{"stream":"ORDERS","seq":7}')
     t.join(3)
     assert box and getattr(box[0], "seq", None) == 7, box
+
+
+def _voluntary_switches(thread: threading.Thread) -> int:
+    with open(f"/proc/self/task/{thread.native_id}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches line")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
+def test_round_trips_leave_the_io_thread_asleep(nats_url: str, clients: Callable[..., Client]) -> None:
+    """Requests, flushes and synchronous publishes against a real server, one after the
+    other: the callers read their answers, the I/O thread is never woken (it used to wake for
+    every answer). A few wake-ups are allowed for whatever else the machine does."""
+    responder = clients(nats_url)
+    responder.subscribe("lead.echo", callback=lambda m: m.respond(m.data))
+    responder.flush(timeout=2)
+    nc = clients(nats_url)
+    js = nc.jetstream()
+    name = f"LEAD{os.getpid()}"
+    js.create_stream(name=name, subjects=[f"lead{os.getpid()}.>"])
+    try:
+        for _ in range(20):
+            nc.request("lead.echo", b"warm", timeout=2)
+        io = nc._io_thread
+        assert io is not None
+        before = _voluntary_switches(io)
+        for i in range(100):
+            assert nc.request("lead.echo", b"%d" % i, timeout=2).data == b"%d" % i
+            nc.flush(timeout=2)
+            assert js.publish(f"lead{os.getpid()}.x", b"p").seq == i + 1
+        woken = _voluntary_switches(io) - before
+        assert woken <= 15, f"the I/O thread woke {woken} times in 300 round trips"
+    finally:
+        js.delete_stream(name)
