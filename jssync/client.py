@@ -53,7 +53,7 @@ from .msg import Msg
 if TYPE_CHECKING:
     from .jetstream import JetStream
 
-__all__ = ["Client", "Shell", "Subscription", "connect", "held_acks", "shell_of"]
+__all__ = ["Client", "Shell", "Subscription", "connect", "shell_of"]
 
 EventCallback = Callable[[Any], None]
 
@@ -73,21 +73,6 @@ _monotonic = time.monotonic
 _log = logging.getLogger("jssync")
 # The session's events only the I/O thread acts on (it owns the socket's life).
 _DIRECTIVES: Final = (ev.ConnectRequested, ev.TlsUpgradeRequested, ev.CloseRequested)
-
-# --- acks a consume's dispatcher holds -------------------------------------------------------------
-
-
-class _HeldAcks(threading.local):
-    """The terminal acks a consume's dispatcher thread made since it last handed them over
-    (see :meth:`Shell.hold_acks`). ``client`` is the client whose acks this thread holds (None:
-    it holds none); class defaults, so every other thread reads them without a lookup error."""
-
-    client: Client | None = None
-    acks: list[tuple[str, bytes]] = []  # (replaced per holding thread: never appended to here)
-
-
-held_acks: Final = _HeldAcks()
-
 
 # --- fork safety -------------------------------------------------------------------------------
 
@@ -585,7 +570,7 @@ class Client:
                     lock.release()
         self._publish(subject, payload, reply, headers)
 
-    def _publish_to_reply(self, subject: str, payload: bytes) -> None:
+    def _publish_to_reply(self, subject: str, payload: bytes, defer: bool = False) -> None:
         """Publish to a reply subject the SERVER gave us (an ack subject): it came out of the
         parser as one whitespace-free token, so it is not validated again nor remembered in
         the subject cache (every ack subject is new; caching them would evict the subjects of
@@ -597,7 +582,11 @@ class Client:
             lock.acquire()
             try:
                 if conn.out_bytes + self._wbuf_len <= _HIGH_WATER and conn.publish_frame(frame, len(payload)):
-                    if self._io_idle:
+                    if defer:
+                        # A consume's dispatcher acks: it writes the acks of a whole batch at
+                        # once when it reports what it took (see jssync.pull), not one by one.
+                        self._deferred = True
+                    elif self._io_idle:
                         self._io_idle = False
                         self._poke()
                     return
@@ -605,35 +594,9 @@ class Client:
                 lock.release()
         self._publish(subject, payload, None, None)
 
-    def _hand_over_acks_locked(self) -> None:
-        """Under the lock: queue the acks this thread holds for this client (a consume's
-        dispatcher; see :meth:`Shell.hold_acks`), in the order they were made, without waking
-        the I/O thread (``_deferred``: the caller gets them onto the wire)."""
-        held = held_acks
-        acks = held.acks
-        if held.client is not self or not acks:
-            return
-        held.acks = []
-        conn = self._conn
-        data = b"".join([PUB_FMT % (reply.encode(), len(body), body) for reply, body in acks])
-        if conn.out_bytes + self._wbuf_len <= _HIGH_WATER and conn.publish_frames(data, len(acks)):
-            self._deferred = True
-            return
-        # Not connected (kept for the reconnect, like any publish) or a slow socket (queued
-        # anyway: these were made before the backlog, and a dispatcher must not block here).
-        for i, (reply, body) in enumerate(acks):
-            try:
-                conn.publish_ack(reply, body)
-            except NatsError as exc:
-                _log.warning("jssync: %d acks could not be sent (%s); their messages will be redelivered",
-                             len(acks) - i, exc)
-                return
-        self._wake_locked()
-
     def _flush_deferred_locked(self) -> None:
         """Under the lock: get deferred acks onto the wire (the caller writes them itself when
         the I/O thread is idle)."""
-        self._hand_over_acks_locked()
         if self._deferred:
             self._deferred = False
             self._kick_locked()
@@ -677,8 +640,6 @@ class Client:
         deadline = _monotonic() + timeout
         waiter: queue.SimpleQueue[ev.ReplyReceived | _Stop] = queue.SimpleQueue()
         with self._lock:
-            if held_acks.client is self:
-                self._hand_over_acks_locked()  # (a handler's acks go before its request)
             token = self._conn.request(subject, payload, headers)
             self._requests[token] = waiter
             # The read side first: once the request is on the wire the reply may come before
@@ -715,8 +676,6 @@ class Client:
         deadline = _monotonic() + timeout
         waiter: queue.SimpleQueue[bool | _Stop] = queue.SimpleQueue()
         with self._lock:
-            if held_acks.client is self:
-                self._hand_over_acks_locked()  # (a handler's flush covers its acks)
             token = self._conn.flush()
             self._flushes[token] = waiter
             sock = self._take_read_locked()  # (before the PING leaves: see request)
@@ -1398,7 +1357,7 @@ class Shell:
         self.session = client._session
         # Publish to a reply subject the server gave us (an ack subject); see
         # ``Client._publish_to_reply``. (A bound method kept here: acks are a hot path.)
-        self.publish_to_reply: Callable[[str, bytes], None] = client._publish_to_reply
+        self.publish_to_reply: Callable[[str, bytes, bool], None] = client._publish_to_reply
 
     @property
     def client(self) -> Client:
@@ -1479,25 +1438,10 @@ class Shell:
         ``pending()`` is false or ``deadline`` passes, then give it back to the I/O thread."""
         self._client._lead(sock, pending, deadline)
 
-    def hold_acks(self, on: bool) -> None:
-        """For a consume's dispatcher thread: from now on (``on``) the terminal acks its handler
-        makes for messages of this client are held on the thread, without the lock, and queued
-        together by :meth:`hand_over_acks_locked` (the dispatcher does so when it reports what
-        it took, before it waits, and 2 ms after a handler call at the latest; a request,
-        flush or synchronous publish from the handler hands them over first). Off: nothing is
-        held (hand them over before)."""
-        held_acks.client = self._client if on else None
-        held_acks.acks = []
-
-    def hand_over_acks_locked(self) -> None:
-        """Queue the acks this thread holds (see :meth:`hold_acks`) without waking the I/O
-        thread; :meth:`flush_deferred_locked` or a kick gets them onto the wire."""
-        self._client._hand_over_acks_locked()
-
     @property
     def has_deferred(self) -> bool:
-        """Acks are held by this thread or were queued without waking the I/O thread."""
-        return self._client._deferred or bool(held_acks.acks)
+        """Acks were queued without waking the I/O thread (see :meth:`publish_to_reply`)."""
+        return self._client._deferred
 
     def clear_deferred_locked(self) -> None:
         self._client._deferred = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from jscore import jsmsg as _jsmsg
@@ -92,6 +93,16 @@ class Msg:
 
     __hash__ = None  # type: ignore[assignment]
 
+
+# Set on a consume's dispatcher thread: acks sent from its handler are written in batches
+# when the dispatcher reports what it took (never left behind: it flushes before it waits).
+class _AckDefer(threading.local):
+    # A class default, so a thread that never set it reads False without the AttributeError a
+    # getattr(local, name, default) raises and swallows inside (about 0.35 us per ack).
+    on: bool = False
+
+
+_ack_defer = _AckDefer()
 _new_object = object.__new__
 
 _ACK_NONE: int = _jsmsg.ACK_NONE
@@ -158,14 +169,11 @@ class JsMsg(Msg):
         if before == _ACK_DONE:
             raise MsgAlreadyAckedError("a terminal acknowledgement was already sent for this message")
         self._ack_state = _ACK_DONE if terminal else _ACK_PROGRESS
-        held = _clientmod.held_acks
-        if terminal and held.client is client:
-            # A consume's handler: held on its dispatcher thread, handed over in batches (see
-            # Shell.hold_acks). A +WPI goes at once: it is meant for a handler still at work.
-            held.acks.append((reply, body))
-            return
         try:
-            _clientmod.shell_of(client).publish_to_reply(reply, body)
+            # A consume handler's terminal acks are queued without waking the I/O thread
+            # (written with the take reports); a +WPI goes at once: it is meant for a handler
+            # still at work.
+            _clientmod.shell_of(client).publish_to_reply(reply, body, terminal and _ack_defer.on)
         except BaseException:
             self._ack_state = before
             raise

@@ -349,7 +349,6 @@ class Publisher:
         prefix = self._prefix_b
         frame, size = _frame(subject, payload, hdrs, prefix + token.encode()) if prefix else (None, 0)
         with self._lock:
-            shell.hand_over_acks_locked()  # (a consume handler's acks go before its publish)
             machine = self._machine or self._start_locked()
             if self._prefix_b is not prefix:
                 frame = None  # a new PubAck inbox: the frame must name it

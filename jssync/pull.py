@@ -44,7 +44,7 @@ from jscore.machine import MachineFailed, Stop
 
 from .client import shell_of
 from .events import CallbackError
-from .msg import JsMsg
+from .msg import JsMsg, _ack_defer
 
 if TYPE_CHECKING:
     from .client import Client
@@ -289,7 +289,6 @@ class _ConsumeDriver(_Driver):
         deferred acks go out with the pull this may send."""
         shell = self._shell
         with shell.lock:
-            shell.hand_over_acks_locked()
             shell.clear_deferred_locked()
             if not self._done:
                 shell.command_locked(self._slot, P.MessagesTaken(count=count, size=size), kick=True)
@@ -310,7 +309,7 @@ class _ConsumeDriver(_Driver):
             if not self._done and shell.session.running(self._slot):
                 shell.command_locked(self._slot, P.AckNext(reply=reply), kick=True)
                 return
-        shell.publish_to_reply(reply, P.ACK_BODY)
+        shell.publish_to_reply(reply, P.ACK_BODY, False)
 
     def _on_event(self, e: Any) -> None:
         if e.__class__ is _DELIVERED:
@@ -411,7 +410,7 @@ class ConsumeContext:
         driver = self._driver
         shell = driver._shell
         flushed = _monotonic()
-        shell.hold_acks(True)  # this thread's acks go out in batches, with the take reports
+        _ack_defer.on = True  # this thread's acks go out in batches, with the take reports
         try:
             while True:
                 try:
@@ -457,7 +456,6 @@ class ConsumeContext:
                     self._report(item)
         finally:
             taker.flush()
-            shell.hold_acks(False)
             if self._progress_slot:
                 self._progress(Stop())
             self._closed.set()

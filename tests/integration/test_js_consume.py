@@ -765,8 +765,8 @@ def test_handler_acks_leave_promptly_when_the_stream_goes_quiet(env: PullEnv) ->
 
 
 def test_a_handlers_request_goes_after_its_acks(env: PullEnv) -> None:
-    """A handler's acks are held on the dispatcher thread; a request it makes hands them over
-    first. Watched on the wire: one subscription of the monitor connection sees the acks and
+    """A handler's acks are queued without waking the I/O thread; a request it makes goes out
+    after them. Watched on the wire: one subscription of the monitor connection sees the acks and
     answers the handler's probe with how many it saw before it (the server keeps the order of
     what one connection sends, for one subscriber)."""
     env.publish(3)
@@ -801,8 +801,9 @@ def test_a_handlers_request_goes_after_its_acks(env: PullEnv) -> None:
 
 
 def test_a_handlers_in_progress_goes_at_once(env: PullEnv) -> None:
-    """+WPI is not held: a handler that keeps saying it is at work is not redelivered while
-    it works longer than ack_wait (nothing else wakes the I/O thread: heartbeats are slow)."""
+    """+WPI is not deferred like the handler's acks: a handler that keeps saying it is at work
+    is not redelivered while it works longer than ack_wait (nothing else wakes the I/O thread:
+    heartbeats are slow)."""
     env.publish(1)
     c = env.consumer("I", ack_wait=1.0)
     calls: list[int] = []
@@ -822,6 +823,43 @@ def test_a_handlers_in_progress_goes_at_once(env: PullEnv) -> None:
         time.sleep(0.5)  # room for a redelivery to arrive
     assert calls == [1], calls
     assert c.info().num_ack_pending == 0 and c.info().num_redelivered == 0
+
+
+def test_acks_a_handler_made_go_before_what_another_thread_sends_next(env: PullEnv) -> None:
+    """The handler acks, then tells the main thread it is done; whatever the main thread sends
+    next (here a request) reaches the server after those acks (the demo checks the consumer's
+    ack pending count right after its consume that way)."""
+    env.publish(4)
+    ack_prefix = f"$JS.ACK.{env.name}."
+    probe = f"probe.{env.name}"
+    seen = [0]
+
+    def watcher(m: Any) -> None:
+        if m.subject.startswith(ack_prefix):
+            seen[0] += 1
+        elif m.subject == probe:
+            m.respond(str(seen[0]).encode())
+
+    sub = env.mon.subscribe(">", callback=watcher)
+    env.mon.flush(timeout=2)
+    try:
+        for rnd in range(5):
+            c = env.consumer(f"X{rnd}", ack_wait=30.0)
+            done = threading.Event()
+            count = [0]
+
+            def handler(msg: Any) -> None:
+                msg.ack()
+                count[0] += 1
+                if count[0] == 4:
+                    done.set()
+                    time.sleep(0.2)  # the handler is still running when the main thread sends
+
+            with c.consume(handler, max_messages=4, expires=EXPIRES, heartbeat=HB):
+                assert done.wait(10)
+                assert int(env.nc.request(probe, b"", timeout=5).data) >= 4 * (rnd + 1)
+    finally:
+        sub.unsubscribe()
 
 
 @pytest.mark.timeout(30)
