@@ -94,12 +94,14 @@ class Msg:
     __hash__ = None  # type: ignore[assignment]
 
 
-# Set on a consume's dispatcher thread: acks sent from its handler are written in batches
-# when the dispatcher reports what it took (never left behind: it flushes before it waits).
+# Set on a consume's dispatcher thread to its client: the acks its handler sends for messages
+# of that client are written in batches when the dispatcher reports what it took (never left
+# behind: it flushes before it waits). An ack of another client's message is not deferred:
+# nothing on this thread would flush it.
 class _AckDefer(threading.local):
-    # A class default, so a thread that never set it reads False without the AttributeError a
+    # A class default, so a thread that never set it reads None without the AttributeError a
     # getattr(local, name, default) raises and swallows inside (about 0.35 us per ack).
-    on: bool = False
+    client: object = None
 
 
 _ack_defer = _AckDefer()
@@ -173,7 +175,7 @@ class JsMsg(Msg):
             # A consume handler's terminal acks are queued without waking the I/O thread
             # (written with the take reports); a +WPI goes at once: it is meant for a handler
             # still at work.
-            _clientmod.shell_of(client).publish_to_reply(reply, body, terminal and _ack_defer.on)
+            _clientmod.shell_of(client).publish_to_reply(reply, body, terminal and _ack_defer.client is client)
         except BaseException:
             self._ack_state = before
             raise

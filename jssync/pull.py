@@ -410,7 +410,7 @@ class ConsumeContext:
         driver = self._driver
         shell = driver._shell
         flushed = _monotonic()
-        _ack_defer.on = True  # this thread's acks go out in batches, with the take reports
+        _ack_defer.client = driver._client  # this thread's acks go out in batches, with the take reports
         try:
             while True:
                 try:

@@ -862,6 +862,37 @@ def test_acks_a_handler_made_go_before_what_another_thread_sends_next(env: PullE
         sub.unsubscribe()
 
 
+def test_a_handler_acking_another_clients_message_is_not_deferred(
+    env: PullEnv, nats_url: str, clients: Callable[..., Client]
+) -> None:
+    """A consume handler's acks wait for its dispatcher's next report, which writes them for its
+    own client only: an ack of a message another client delivered goes out at once (nothing
+    would flush it on that client; its pings are 30 s apart here)."""
+    env.publish(2)
+    env.consumer("B", ack_wait=30.0)
+    other = clients(nats_url, ping_interval=30.0)
+    held = other.jetstream().consumer(env.name, "B").fetch(1, expires=2.0).messages()
+    assert len(held) == 1
+    acks = [0]
+    sub = env.mon.subscribe(f"$JS.ACK.{env.name}.B.>", callback=lambda m: acks.__setitem__(0, acks[0] + 1))
+    env.mon.flush(timeout=2)
+    done = threading.Event()
+
+    def handler(msg: Any) -> None:
+        if not done.is_set():
+            held[0].ack()
+            done.set()
+        msg.ack()
+
+    c = env.consumer("A", ack_wait=30.0)
+    try:
+        with c.consume(handler, max_messages=5, expires=20.0, heartbeat=10.0):
+            assert done.wait(10)
+            wait_until(lambda: acks[0] == 1, 1.0, what="the other client's ack")
+    finally:
+        sub.unsubscribe()
+
+
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("auto_progress", [None, 0.4])
 def test_auto_progress_keeps_a_long_handler_from_redelivery(env: PullEnv, auto_progress: float | None) -> None:
