@@ -363,6 +363,7 @@ class Client:
         self._ep_mask = 0  # what the epoll set waits for on it
         self._want_out = False  # the I/O thread parked with output the socket did not take
         self._reader = False  # a caller reads the socket (the I/O thread does not)
+        self._reader_owner = 0  # the thread ident of that caller
         self._io_reading = False  # the I/O thread reads it (no caller may take it)
         self._io_due: float | None = None  # the deadline the I/O thread last parked with
         self._handover: list[Any] = []  # events a leading caller left for the I/O thread
@@ -639,22 +640,27 @@ class Client:
         self._check_fork()
         deadline = _monotonic() + timeout
         waiter: queue.SimpleQueue[ev.ReplyReceived | _Stop] = queue.SimpleQueue()
-        with self._lock:
-            token = self._conn.request(subject, payload, headers)
-            self._requests[token] = waiter
-            # The read side first: once the request is on the wire the reply may come before
-            # this thread runs again (a send lets another thread take the GIL).
-            sock = self._take_read_locked()
-            self._kick_locked()
         item: ev.ReplyReceived | _Stop | None = None
+        token: str | None = None
+        sock: socket.socket | None = None
         try:
+            with self._lock:
+                token = self._conn.request(subject, payload, headers)
+                self._requests[token] = waiter
+                # The read side first: once the request is on the wire the reply may come
+                # before this thread runs again (a send lets another thread take the GIL).
+                sock = self._take_read_locked()
+                self._kick_locked()
             if sock is not None:
                 self._lead(sock, waiter.empty, deadline)
             item = waiter.get(timeout=max(0.0, deadline - _monotonic()))
         except queue.Empty:
             pass
         finally:
-            if item is None:  # timed out, or interrupted (KeyboardInterrupt): leave nothing behind
+            if sock is not None:
+                self._give_back()  # (the lead gave it back, unless interrupted before it began)
+            if item is None and token is not None:
+                # Timed out, or interrupted (KeyboardInterrupt): leave nothing behind.
                 with self._lock:
                     self._requests.pop(token, None)
                     self._conn.cancel_request(token)
@@ -675,20 +681,24 @@ class Client:
         self._check_fork()
         deadline = _monotonic() + timeout
         waiter: queue.SimpleQueue[bool | _Stop] = queue.SimpleQueue()
-        with self._lock:
-            token = self._conn.flush()
-            self._flushes[token] = waiter
-            sock = self._take_read_locked()  # (before the PING leaves: see request)
-            self._kick_locked()
         item: bool | _Stop | None = None
+        token: int | None = None
+        sock: socket.socket | None = None
         try:
+            with self._lock:
+                token = self._conn.flush()
+                self._flushes[token] = waiter
+                sock = self._take_read_locked()  # (before the PING leaves: see request)
+                self._kick_locked()
             if sock is not None:
                 self._lead(sock, waiter.empty, deadline)
             item = waiter.get(timeout=max(0.0, deadline - _monotonic()))
         except queue.Empty:
             pass
         finally:
-            if item is None:  # timed out, or interrupted: leave nothing behind
+            if sock is not None:
+                self._give_back()  # (see request)
+            if item is None and token is not None:  # timed out, or interrupted: leave nothing behind
                 # Without the lock (a dict pop is atomic): the I/O thread may hold it for a
                 # whole turn of a flood, and the caller's timeout must not wait for that.
                 self._flushes.pop(token, None)
@@ -844,14 +854,28 @@ class Client:
         """Under the lock, for a caller about to wait for a reply: take the socket's read side
         unless the I/O thread is reading it (see :meth:`_lead`). The socket, or None (then wait
         for the I/O thread as usual)."""
-        if self._ep is None or self._reader or self._io_reading:
+        if self._ep is None or self._reader or self._io_reading or self._fork_gen != _fork_generation:
             return None
         sock = self._sock
         if sock is None or sock.__class__ is not socket.socket or self._conn.state is not State.CONNECTED:
             return None
         self._reader = True
+        self._reader_owner = threading.get_ident()
         self._set_mask_locked()
         return sock
+
+    def _give_back(self) -> None:
+        """Give the read side back if this thread holds it (idempotent: every taker calls it
+        in a ``finally``, so an exception between the take and the lead cannot keep it)."""
+        if self._reader and self._reader_owner == threading.get_ident():
+            with self._lock:
+                self._give_back_locked()
+
+    def _give_back_locked(self) -> None:
+        if self._reader and self._reader_owner == threading.get_ident():
+            self._reader = False
+            if self._io_idle:
+                self._set_mask_locked()  # (else the I/O thread sets it when it parks)
 
     def _set_mask_locked(self) -> None:
         """Under the lock: make the I/O thread's epoll set wait for what it should on the socket:
@@ -862,18 +886,21 @@ class Client:
             return
         sock = self._sock
         fd = sock.fileno() if sock is not None else -1
-        if fd != self._ep_fd:
+        mask = 0 if fd < 0 else (0 if self._reader else _EPOLLIN) | (_EPOLLOUT if self._want_out else 0)
+        if self._ep_fd >= 0 and (self._ep_fd != fd or not mask):
+            # Out of the set rather than waiting for nothing: epoll reports a hang-up or an
+            # error whatever the mask, and the I/O thread would spin on it while a caller reads.
             self._forget_fd_locked()
-            if fd >= 0:
-                try:
-                    ep.register(fd, 0)
-                except FileExistsError:  # (a socket closed without _close_socket: its fd reused)
-                    self._ep_mask = -1
-                self._ep_fd = fd
-        if fd < 0:
+        if not mask:
             return
-        mask = (0 if self._reader else _EPOLLIN) | (_EPOLLOUT if self._want_out else 0)
-        if mask != self._ep_mask:
+        if self._ep_fd < 0:
+            try:
+                ep.register(fd, mask)
+            except FileExistsError:  # (a socket closed without _close_socket: its fd reused)
+                ep.modify(fd, mask)
+            self._ep_fd = fd
+            self._ep_mask = mask
+        elif mask != self._ep_mask:
             ep.modify(fd, mask)
             self._ep_mask = mask
 
@@ -935,22 +962,23 @@ class Client:
                     if not readable:
                         continue
                     try:
-                        n = sock.recv_into(buf)
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        return
-                    if not n:
-                        return
-                    try:
+                        try:
+                            n = sock.recv_into(buf)
+                        except BlockingIOError:
+                            continue
+                        except OSError:
+                            return  # (the I/O thread finds the connection broken)
+                        if not n:
+                            return  # (the EOF stays for the I/O thread)
                         session.receive_data(view[:n].tobytes(), _monotonic())
                         directives: list[Any] = []
                         notices: list[Any] = []
                         self._route_events(directives, notices)
                     except BaseException as exc:
-                        # The core failed (or was interrupted) halfway through the bytes: its
-                        # state is unknown. The I/O thread fails the client as if it had hit
-                        # this itself; the caller then finds the stop in its waiter.
+                        # The core failed, or an interrupt (Ctrl-C) came, between the read and
+                        # the end of the feed: bytes may be lost and the core's state is
+                        # unknown. The I/O thread fails the client as if it had hit this
+                        # itself; the caller then finds the stop in its waiter.
                         self._broken = exc
                         self._io_idle = False
                         self._poke()
@@ -973,9 +1001,7 @@ class Client:
                             self._wake_locked()
         finally:
             with lock:
-                self._reader = False
-                if self._io_idle:
-                    self._set_mask_locked()
+                self._give_back_locked()
 
     def _io_main(self) -> None:
         try:
@@ -1437,6 +1463,12 @@ class Shell:
         """Outside the lock, with the socket :meth:`take_read_locked` gave: read it until
         ``pending()`` is false or ``deadline`` passes, then give it back to the I/O thread."""
         self._client._lead(sock, pending, deadline)
+
+    def give_back(self) -> None:
+        """Give the read side back if this thread still holds it. Call it in a ``finally``
+        after :meth:`take_read_locked`: an exception before :meth:`lead` began must not keep
+        the socket from the I/O thread (idempotent)."""
+        self._client._give_back()
 
     @property
     def has_deferred(self) -> bool:

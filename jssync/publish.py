@@ -348,28 +348,34 @@ class Publisher:
         token = f"s{next(self._sync_ids)}"
         prefix = self._prefix_b
         frame, size = _frame(subject, payload, hdrs, prefix + token.encode()) if prefix else (None, 0)
-        with self._lock:
-            machine = self._machine or self._start_locked()
-            if self._prefix_b is not prefix:
-                frame = None  # a new PubAck inbox: the frame must name it
-            now = _monotonic()
-            window.add(entry, now, machine.gen if machine.connected else machine.gen + 1, token)
-            # The caller's timeout rules: no re-send past it (the policy gives up instead), and
-            # the window's ack deadline is the same moment, a backstop the session is not even
-            # told about (the caller's own wait below enforces it; re-sends the policy schedules
-            # are timers the I/O thread arms when the answer comes).
-            entry.limit = entry.deadline = now + t
-            try:
-                if frame is None or not conn.publish_frame(frame, size):
-                    conn.publish_inbox(subject, payload, self._prefix_b + token.encode(), hdrs)
-            except BaseException:
-                window.remove(token)
-                raise
-            sock = shell.take_read_locked()  # (before the frame leaves; see Shell.take_read_locked)
-            shell.kick_locked()
-        if sock is not None:
-            shell.lead(sock, entry.lock.locked, now + t)
-        if not entry.lock.acquire(True, max(0.0, now + t - _monotonic())):
+        sock = None
+        try:
+            with self._lock:
+                machine = self._machine or self._start_locked()
+                if self._prefix_b is not prefix:
+                    frame = None  # a new PubAck inbox: the frame must name it
+                now = _monotonic()
+                window.add(entry, now, machine.gen if machine.connected else machine.gen + 1, token)
+                # The caller's timeout rules: no re-send past it (the policy gives up instead),
+                # and the window's ack deadline is the same moment, a backstop the session is
+                # not even told about (the caller's own wait below enforces it; re-sends the
+                # policy schedules are timers the I/O thread arms when the answer comes).
+                entry.limit = entry.deadline = now + t
+                try:
+                    if frame is None or not conn.publish_frame(frame, size):
+                        conn.publish_inbox(subject, payload, self._prefix_b + token.encode(), hdrs)
+                except BaseException:
+                    window.remove(token)
+                    raise
+                sock = shell.take_read_locked()  # (before the frame leaves; see Shell.take_read_locked)
+                shell.kick_locked()
+            if sock is not None:
+                shell.lead(sock, entry.lock.locked, now + t)
+            acked = entry.lock.acquire(True, max(0.0, now + t - _monotonic()))
+        finally:
+            if sock is not None:
+                shell.give_back()
+        if not acked:
             with self._lock:
                 timed_out = entry.outcome is PENDING
                 if timed_out:

@@ -400,23 +400,28 @@ class DirectGetIterator(Iterator[StoredMsg]):
         thread fires its deadline); the guard only covers an I/O thread that died."""
         items = self._items
         shell = self._shell
-        machine = self._machine
-        limit = machine.timeout + _GUARD
+        limit = self._machine.timeout + _GUARD
         end = _monotonic() + limit
         may_lead = True
         while True:
-            with shell.lock:
-                if items:
-                    return items.popleft()
-                # Read the replies on this thread while the I/O thread is parked (leading),
-                # once per wait: a lead that ends without a message gave the socket back.
-                sock = shell.take_read_locked() if may_lead else None
-                if sock is None:
-                    self._waiting = True
-            if sock is not None:
-                shell.lead(sock, lambda: not (items and machine.done), end)
-                may_lead = False
-                continue
+            sock = None
+            try:
+                with shell.lock:
+                    if items:
+                        return items.popleft()
+                    # Read the replies on this thread unless the I/O thread is reading (leading),
+                    # once per wait: a lead that ends without a message gave the socket back.
+                    # It reads until the call is over (its end queued) or dropped by close().
+                    sock = shell.take_read_locked() if may_lead else None
+                    if sock is None:
+                        self._waiting = True
+                if sock is not None:
+                    shell.lead(sock, lambda: not self._ended and (not items or items[-1] is not None), end)
+                    may_lead = False
+                    continue
+            finally:
+                if sock is not None:
+                    shell.give_back()
             if self._take_wake(end):
                 continue
             with shell.lock:

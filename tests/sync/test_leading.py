@@ -259,3 +259,69 @@ def test_round_trips_leave_the_io_thread_asleep(nats_url: str, clients: Callable
         assert woken <= 15, f"the I/O thread woke {woken} times in 300 round trips"
     finally:
         js.delete_stream(name)
+
+
+def test_an_interrupt_before_the_lead_begins_gives_the_socket_back(
+    fake_server: FakeServer, clients: Callable[..., Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C between taking the read side and leading (here: as the lead is entered) must not
+    keep the socket from the I/O thread: the next request is answered."""
+    nc, conn = _connected(fake_server, clients)
+    real = Client._lead
+
+    def interrupted(self: Client, *args: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Client, "_lead", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        nc.request("svc", b"q", timeout=2)
+    assert not nc._reader
+    conn.expect(b"PUB svc ")  # (the interrupted request's)
+    monkeypatch.setattr(Client, "_lead", real)
+    t, box = _in_thread(lambda: nc.request("svc", b"again", timeout=3))
+    reply, sid = _reply_to(conn, b"svc")
+    conn.send_msg(reply, sid, b"answer")
+    t.join(4)
+    assert box and getattr(box[0], "data", None) == b"answer", box
+
+
+def test_a_failed_batch_ends_its_lead_at_once(
+    fake_server: FakeServer, clients: Callable[..., Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batched direct get whose machine fails (the session ends its slot) ends the caller's
+    lead then, not at the call's deadline."""
+    from jscore import directget as DG
+
+    nc, conn = _connected(fake_server, clients)
+    t, box = _in_thread(lambda: nc.jetstream().stream("S"))
+    reply, sid = _reply_to(conn, b"$JS.API.STREAM.INFO.S")
+    conn.send_msg(reply, sid, STREAM_INFO)
+    t.join(3)
+    stream = box[0]
+
+    def broken(self: Any, msg: Any, now: float) -> None:
+        raise RuntimeError("injected failure in the machine")
+
+    monkeypatch.setattr(DG.DirectGetBatch, "receive_msg", broken)
+    it = stream.direct_get_batch(batch=10, seq=1, timeout=2.0)
+    pub = conn.expect(b"PUB $JS.API.DIRECT.GET.S ")
+    inbox = pub.split()[2].decode()
+    inbox_sid = int([f for f in conn.received if f.startswith(b"SUB " + inbox.encode())][-1].split()[-1])
+    t0 = time.monotonic()
+    conn.send_msg(inbox, inbox_sid, b"x", headers=b"NATS/1.0\r\nNats-Stream: S\r\n\r\n")
+    with pytest.raises(Exception):
+        next(it)
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_a_forked_child_never_takes_the_parents_socket(fake_server: FakeServer, clients: Callable[..., Client],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import jssync.client as client_module
+
+    nc, _conn = _connected(fake_server, clients)
+    with nc._lock:
+        assert nc._take_read_locked() is not None
+        nc._give_back_locked()
+    monkeypatch.setattr(client_module, "_fork_generation", client_module._fork_generation + 1)
+    with nc._lock:
+        assert nc._take_read_locked() is None
