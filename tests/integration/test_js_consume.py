@@ -764,13 +764,10 @@ def test_handler_acks_leave_promptly_when_the_stream_goes_quiet(env: PullEnv) ->
         assert watch.info().num_pending == 0
 
 
-def test_a_handlers_request_goes_after_its_acks(env: PullEnv) -> None:
-    """A handler's acks are queued without waking the I/O thread; a request it makes goes out
-    after them. Watched on the wire: one subscription of the monitor connection sees the acks and
-    answers the handler's probe with how many it saw before it (the server keeps the order of
-    what one connection sends, for one subscriber)."""
-    env.publish(3)
-    c = env.consumer("H", ack_wait=30.0)
+def _ack_probe(env: PullEnv) -> tuple[str, Any]:
+    """One subscription of the monitor connection that counts the stream's acks on the wire and
+    answers a request on the returned probe subject with that count (the server keeps the order
+    of what one connection sends, for one subscriber). Unsubscribe it when done."""
     ack_prefix = f"$JS.ACK.{env.name}."
     probe = f"probe.{env.name}"
     seen = [0]
@@ -783,6 +780,17 @@ def test_a_handlers_request_goes_after_its_acks(env: PullEnv) -> None:
 
     sub = env.mon.subscribe(">", callback=watcher)
     env.mon.flush(timeout=2)
+    return probe, sub
+
+
+def test_a_handlers_request_goes_after_its_acks(env: PullEnv) -> None:
+    """A handler's acks are queued without waking the I/O thread; a request it makes goes out
+    after them. Watched on the wire: one subscription of the monitor connection sees the acks and
+    answers the handler's probe with how many it saw before it (the server keeps the order of
+    what one connection sends, for one subscriber)."""
+    env.publish(3)
+    c = env.consumer("H", ack_wait=30.0)
+    probe, sub = _ack_probe(env)
     answers: list[int] = []
     done = threading.Event()
 
@@ -830,18 +838,7 @@ def test_acks_a_handler_made_go_before_what_another_thread_sends_next(env: PullE
     next (here a request) reaches the server after those acks (the demo checks the consumer's
     ack pending count right after its consume that way)."""
     env.publish(4)
-    ack_prefix = f"$JS.ACK.{env.name}."
-    probe = f"probe.{env.name}"
-    seen = [0]
-
-    def watcher(m: Any) -> None:
-        if m.subject.startswith(ack_prefix):
-            seen[0] += 1
-        elif m.subject == probe:
-            m.respond(str(seen[0]).encode())
-
-    sub = env.mon.subscribe(">", callback=watcher)
-    env.mon.flush(timeout=2)
+    probe, sub = _ack_probe(env)
     try:
         for rnd in range(5):
             c = env.consumer(f"X{rnd}", ack_wait=30.0)

@@ -154,12 +154,20 @@ def test_a_fatal_error_read_by_the_leader_is_handed_to_the_io_thread(
     assert nc.is_connected
 
 
-def test_an_eof_under_a_leader_goes_to_the_io_thread(fake_server: FakeServer, clients: Callable[..., Client]) -> None:
-    events = EventLog()
-    nc, conn = _connected(fake_server, clients, on_event=events)
-    t, box = _in_thread(lambda: nc.request("svc", b"q", timeout=2))
+def _leading_request(
+    fake: FakeServer, clients: Callable[..., Client], timeout: float, **options: Any
+) -> tuple[Client, FakeConn, threading.Thread, list[Any]]:
+    """A client with a request in flight whose caller is parked in its own poll by now."""
+    nc, conn = _connected(fake, clients, **options)
+    t, box = _in_thread(lambda: nc.request("svc", b"q", timeout=timeout))
     _reply_to(conn, b"svc")
     time.sleep(0.05)
+    return nc, conn, t, box
+
+
+def test_an_eof_under_a_leader_goes_to_the_io_thread(fake_server: FakeServer, clients: Callable[..., Client]) -> None:
+    events = EventLog()
+    _nc, conn, t, box = _leading_request(fake_server, clients, 2, on_event=events)
     conn.close()
     events.wait_for(Disconnected, timeout=3)  # found by the I/O thread, which reconnects
     fake_server.accept(timeout=5).handshake()
@@ -171,10 +179,7 @@ def test_an_eof_under_a_leader_goes_to_the_io_thread(fake_server: FakeServer, cl
 
 def test_close_wakes_a_leader_at_once(fake_server: FakeServer, clients: Callable[..., Client]) -> None:
     events = EventLog()
-    nc, conn = _connected(fake_server, clients, on_event=events)
-    t, box = _in_thread(lambda: nc.request("svc", b"q", timeout=30))
-    _reply_to(conn, b"svc")
-    time.sleep(0.05)
+    nc, _conn, t, box = _leading_request(fake_server, clients, 30, on_event=events)
     t0 = time.monotonic()
     nc.close(timeout=2)
     t.join(3)
@@ -184,17 +189,22 @@ def test_close_wakes_a_leader_at_once(fake_server: FakeServer, clients: Callable
     assert len(events.of(Closed)) == 1
 
 
+def _stream_s(fake: FakeServer, clients: Callable[..., Client]) -> tuple[Client, FakeConn, Any]:
+    """A client and its handle on stream S (the fake server answers its info request)."""
+    nc, conn = _connected(fake, clients)
+    t, box = _in_thread(lambda: nc.jetstream().stream("S"))
+    reply, sid = _reply_to(conn, b"$JS.API.STREAM.INFO.S")
+    conn.send_msg(reply, sid, STREAM_INFO)
+    t.join(3)
+    return nc, conn, box[0]
+
+
 def test_a_batch_timed_out_by_the_io_thread_ends_the_lead(
     fake_server: FakeServer, clients: Callable[..., Client]
 ) -> None:
     """A batched direct get that gets no answer: its machine's deadline, fired by the I/O
     thread, ends the caller's lead at that moment (the I/O thread pokes the leader)."""
-    nc, conn = _connected(fake_server, clients)
-    t, box = _in_thread(lambda: nc.jetstream().stream("S"))
-    reply, sid = _reply_to(conn, b"$JS.API.STREAM.INFO.S")
-    conn.send_msg(reply, sid, STREAM_INFO)
-    t.join(3)
-    stream = box[0]
+    nc, conn, stream = _stream_s(fake_server, clients)
     t0 = time.monotonic()
     it = stream.direct_get_batch(batch=10, seq=1, timeout=0.3)
     conn.expect(b"PUB $JS.API.DIRECT.GET.S ")
@@ -292,12 +302,7 @@ def test_a_failed_batch_ends_its_lead_at_once(
     lead then, not at the call's deadline."""
     from jscore import directget as DG
 
-    nc, conn = _connected(fake_server, clients)
-    t, box = _in_thread(lambda: nc.jetstream().stream("S"))
-    reply, sid = _reply_to(conn, b"$JS.API.STREAM.INFO.S")
-    conn.send_msg(reply, sid, STREAM_INFO)
-    t.join(3)
-    stream = box[0]
+    nc, conn, stream = _stream_s(fake_server, clients)
 
     def broken(self: Any, msg: Any, now: float) -> None:
         raise RuntimeError("injected failure in the machine")
