@@ -7,10 +7,11 @@ and timeouts to the core, writes ``data_to_send()`` in large coalesced writes, r
 whoever waits for them, and is the only thread that dials, upgrades or closes. User callbacks
 never run on it.
 
-Two shortcuts save a thread hand-off on a round trip while the I/O thread is parked with
-nothing of its own to do: the caller writes its request itself (``_kick_locked``), and then
-reads the socket itself until its answer is in (leading: ``_take_read_locked`` and ``_lead``),
-doing under the lock exactly what the I/O thread would have done with those bytes.
+Two shortcuts save thread hand-offs on a round trip: the caller writes its request itself
+when the I/O thread is parked with nothing of its own to write (``_kick_locked``), and it reads
+the socket itself until its answer is in unless the I/O thread is reading it (leading:
+``_take_read_locked``, ``_lead``, ``_give_back``), doing under the lock exactly what the I/O
+thread would have done with those bytes.
 """
 
 from __future__ import annotations
