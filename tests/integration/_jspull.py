@@ -32,11 +32,13 @@ def unique(prefix: str = "P") -> str:
 class WireCounter:
     """Every message on ``subject`` as the monitor client sees it: ``(monotonic time, data)``."""
 
-    def __init__(self, mon: Client, subject: str) -> None:
+    def __init__(self, mon: Client, subject: str, *, seen_from: tuple[Client, ...] = ()) -> None:
         self._lock = threading.Lock()
         self.items: list[tuple[float, bytes]] = []
         self.sub = mon.subscribe(subject, callback=self._on_msg)
         mon.flush(timeout=2.0)
+        if seen_from:
+            _await_interest(mon, seen_from)
 
     def _on_msg(self, msg: jssync.Msg) -> None:
         with self._lock:
@@ -58,6 +60,29 @@ class WireCounter:
     def times(self) -> list[float]:
         with self._lock:
             return [ts for (ts, _) in self.items]
+
+
+def _await_interest(mon: Client, publishers: tuple[Client, ...], timeout: float = 5.0) -> None:
+    """Return once interest in ``mon``'s earlier subscriptions has reached the servers of
+    ``publishers`` (other cluster nodes learn of a subscription over their routes, after the
+    subscriber's own flush). A probe subscription made after them travels the same route
+    behind them: once each publisher's probe comes back, the earlier ones are known there."""
+    probe = f"_wire_probe.{uuid.uuid4().hex}"
+    sub = mon.subscribe(probe)
+    mon.flush(timeout=2.0)
+    try:
+        for nc in publishers:
+            deadline = time.monotonic() + timeout
+            while True:
+                nc.publish(probe, b"?")
+                try:
+                    sub.next_msg(timeout=0.1)
+                    break
+                except TimeoutError:
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"interest never reached {nc.connected_url}") from None
+    finally:
+        sub.unsubscribe()
 
 
 class Recorder:
@@ -128,8 +153,10 @@ class PullEnv:
             return self.js.create_consumer(self.name, **config)
         return self.js.create_consumer(self.name, durable_name=name, **config)
 
-    def pulls(self, consumer: str) -> WireCounter:
-        return WireCounter(self.mon, f"$JS.API.CONSUMER.MSG.NEXT.{self.name}.{consumer}")
+    def pulls(self, consumer: str, *, seen_from: tuple[Client, ...] = ()) -> WireCounter:
+        """Pull requests for ``consumer``; ``seen_from``: clients on other nodes whose pulls
+        must be counted from the first one."""
+        return WireCounter(self.mon, f"$JS.API.CONSUMER.MSG.NEXT.{self.name}.{consumer}", seen_from=seen_from)
 
     def acks(self) -> WireCounter:
         return WireCounter(self.mon, f"$JS.ACK.{self.name}.>")

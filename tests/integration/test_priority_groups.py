@@ -373,12 +373,12 @@ def test_prioritized_serves_the_lower_number_first(env: PullEnv, site: Site, cli
     """Two waiting pulls: the one with priority 1 arrived first, the one with priority 0 is
     served first; the next message goes to the other."""
     env.consumer("PR", priority_groups=["jobs"], priority_policy=PriorityPolicy.PRIORITIZED)
-    low = clients(site.url(0)).jetstream().consumer(env.name, "PR")
-    high = clients(site.url(1)).jetstream().consumer(env.name, "PR")
-    waiting = env.pulls("PR")
+    low_nc, high_nc = clients(site.url(0)), clients(site.url(1))
+    low = low_nc.jetstream().consumer(env.name, "PR")
+    high = high_nc.jetstream().consumer(env.name, "PR")
+    waiting = env.pulls("PR", seen_from=(low_nc, high_nc))
     r1 = low.fetch(1, expires=5.0, group="jobs", priority=1)
     wait_until(lambda: waiting.count == 1, 2.0, what="the priority-1 pull to be on its way")
-    env.mon.flush(timeout=2.0)
     r0 = high.fetch(1, expires=5.0, group="jobs", priority=0)
     wait_until(lambda: waiting.count == 2, 2.0, what="the priority-0 pull to be on its way")
     wait_until(lambda: _info(env, "PR").num_waiting == 2, 2.0, what="both pulls waiting")
