@@ -46,6 +46,20 @@ _COMMON_BLOCK: Final = re.compile(
     r"NATS/1\.0\r\n(?:" + _TOKEN_RE + "+:" + _VALUE_CHAR_RE + r"*+(?<![ \t])\r\n)*+\r\n"
 )
 _COMMON_LINE: Final = re.compile("(" + _TOKEN_RE + r"):[ \t]*(" + _VALUE_CHAR_RE + r"*)\r\n")
+# The block of a direct get reply as nats-server writes it (its headers only, in this order;
+# a batch's cursor headers after them), recognised and read in the one match that also checks
+# it: every line it accepts is a line of the common block (a literal token key, a value with no
+# CR or LF that does not end in a space or tab), so it replaces that check. Its groups, the
+# values without their leading white space, are kept for the direct get's reader
+# (:meth:`Headers._direct_fields`); any other block is checked by the common expression and
+# read pair by pair.
+_DIRECT_START: Final = "NATS/1.0\r\nNats-Stream:"
+_DIRECT_VALUE: Final = r":[ \t]*+([^\r\n]*+)(?<![ \t])\r\n"
+_DIRECT_LAYOUT: Final = re.compile(
+    r"NATS/1\.0\r\nNats-Stream" + _DIRECT_VALUE + "Nats-Subject" + _DIRECT_VALUE + "Nats-Sequence" + _DIRECT_VALUE
+    + "Nats-Time-Stamp" + _DIRECT_VALUE + "(?:Nats-Num-Pending" + _DIRECT_VALUE + ")?(?:Nats-Last-Sequence"
+    + _DIRECT_VALUE + ")?(?:Nats-UpTo-Sequence" + _DIRECT_VALUE + r")?\r\n"
+)  # fmt: skip
 _FIRST_LINE: Final = len(b"NATS/1.0\r\n")
 
 
@@ -56,13 +70,15 @@ class Headers:
     case given is what goes on the wire. ``h[key]`` and ``get`` give the first value.
     """
 
-    __slots__ = ("_pairs", "_block")
+    __slots__ = ("_pairs", "_block", "_layout")
 
     def __init__(self, items: HeadersInput | None = None) -> None:
         self._pairs: list[tuple[str, str]] = []
         # A block the parser checked but has not split into pairs yet (split on first use:
         # most messages' headers are never read, and the direct get reads its own from it).
         self._block: str | None = None
+        # The values of a direct get reply's block, read by the match that checked it.
+        self._layout: tuple[str | None, ...] | None = None
         if items is not None:
             self._pairs.extend(_iter_input(items))
 
@@ -85,6 +101,14 @@ class Headers:
         in the value and no trailing space or tab) and that were not split or changed since; else
         None. For readers of a well-known server layout (:mod:`jscore.jsapi`)."""
         return self._block
+
+    def _direct_fields(self) -> tuple[str | None, ...] | None:
+        """The values of ``Nats-Stream``, ``Nats-Subject``, ``Nats-Sequence``,
+        ``Nats-Time-Stamp``, ``Nats-Num-Pending``, ``Nats-Last-Sequence`` and
+        ``Nats-UpTo-Sequence`` (None where absent) when the parser recognised the block as a
+        direct get reply in nats-server's layout and it was not split or changed since; else
+        None (read the pairs)."""
+        return self._layout if self._block is not None else None
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -267,10 +291,16 @@ def parse_header_block(block: bytes) -> tuple[Headers, int | None, str | None]:
         text = block.decode()
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError("header block is not valid UTF-8") from exc
-    if _COMMON_BLOCK.fullmatch(text) is not None:
+    layout = None
+    if text.startswith(_DIRECT_START):
+        m = _DIRECT_LAYOUT.fullmatch(text)
+        if m is not None:
+            layout = m.groups()
+    if layout is not None or _COMMON_BLOCK.fullmatch(text) is not None:
         headers = _new_headers(Headers)  # (what Headers() makes, without its __init__ call)
         headers._pairs = []
         headers._block = text
+        headers._layout = layout
         return headers, None, None
     return _parse_general(text[:-4])
 

@@ -603,16 +603,6 @@ _DIRECT_GET_SPELLING: Final = {
 }
 
 
-# A direct get reply as nats-server writes it (its headers only, in this order; the cursor
-# headers of a batch after them), read in one match from the checked, unsplit block. Any
-# other block (the message's own headers, another order or spelling) is read pair by pair.
-_DIRECT_REPLY: Final = re.compile(
-    r"NATS/1\.0\r\nNats-Stream:[ \t]*+([^\r\n]*+)\r\nNats-Subject:[ \t]*+([^\r\n]*+)\r\n"
-    r"Nats-Sequence:[ \t]*+([^\r\n]*+)\r\nNats-Time-Stamp:[ \t]*+([^\r\n]*+)\r\n"
-    r"(?:Nats-Num-Pending:[ \t]*+([^\r\n]*+)\r\n)?(?:Nats-Last-Sequence:[ \t]*+([^\r\n]*+)\r\n)?"
-    r"(?:Nats-UpTo-Sequence:[ \t]*+([^\r\n]*+)\r\n)?\r\n"
-)
-
 DirectCursor = tuple[Union[str, None], Union[str, None], Union[str, None]]
 """The texts of a reply's ``Nats-Num-Pending``, ``Nats-Last-Sequence`` and
 ``Nats-UpTo-Sequence`` headers (None where absent)."""
@@ -626,10 +616,9 @@ def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredM
     if headers is None:
         raise JetStreamError("invalid direct get reply: no headers")
     own: list[tuple[str, str]] = []
-    block = headers._unsplit()
-    m = None if block is None else _DIRECT_REPLY.fullmatch(block)
-    if m is not None:
-        stream, subject, seq_text, stamp, pending, last, up_to = m.groups()
+    fields = headers._direct_fields()  # (the server's layout, read when the block was checked)
+    if fields is not None:
+        stream, subject, seq_text, stamp, pending, last, up_to = fields
     else:
         server: dict[str, str] = {}
         spelling = _DIRECT_GET_SPELLING

@@ -363,6 +363,39 @@ def test_fast_path_agrees_with_the_general_parser(first: str, lines: list[str], 
     assert _parsed(block) == _general(block)
 
 
+_SERVER_KEYS = ["Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Num-Pending",
+                "Nats-Last-Sequence", "Nats-UpTo-Sequence"]  # fmt: skip
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.integers(4, 7),
+    st.lists(st.tuples(st.integers(0, 6), st.lists(_value_chars, max_size=5).map("".join)), max_size=3),
+)
+def test_direct_reply_layout_agrees_with_the_general_parser(count: int, changes: list[tuple[int, str]]) -> None:
+    """A direct get reply in the server's layout is recognised by one match that also checks
+    it: the block is accepted or refused and read exactly as the general parser reads it, and
+    the values kept for the direct get's reader are the general parser's."""
+    values = ["KV_b", "$KV.b.k", "42", "2026-11-25T03:08:22.42418774Z", "7", "41", "99"][:count]
+    for i, value in changes:
+        if i < count:
+            values[i] = value
+    block = ("NATS/1.0\r\n" + "".join(f"{k}:{v}\r\n" for k, v in zip(_SERVER_KEYS, values)) + "\r\n").encode()
+    assert _parsed(block) == _general(block)
+    try:
+        headers, _, _ = parse_header_block(block)
+    except RemoteProtocolError:
+        return
+    fields = headers._direct_fields()
+    read = dict(_general(block)[0])  # type: ignore[arg-type]
+    if fields is not None:
+        assert list(fields) == [read.get(k) for k in _SERVER_KEYS]
+    if not changes:
+        assert fields is not None, "the server's own layout is recognised"
+    headers.items()  # split: no longer the checked block
+    assert headers._direct_fields() is None
+
+
 _kv_lines = st.builds(
     "{}:{}".format,
     st.sampled_from(["A", "Nats-Subject", "k!#$%&'*+-.^_`|~", "", "a b", " A"]),

@@ -592,6 +592,7 @@ def test_direct_reply_fast_read_of_the_servers_layout() -> None:
     headers, _, _ = parse_header_block(b"NATS/1.0\r\n" + block + b"\r\n")
     msg, cursor = jsapi.stored_msg_and_cursor(headers, b"x")
     assert headers._unsplit() is not None, "read without splitting the block"
+    assert headers._direct_fields() is not None, "recognised by the parser's check"
     assert (msg.stream, msg.subject, msg.seq, msg.headers, msg.data) == ("KV_b", "$KV.b.k", 42, None, b"x")
     assert msg.time is not None and msg.time.ns % 1_000_000_000 == 424187740
     assert cursor == ("7", "41", "99")
