@@ -46,15 +46,15 @@ _COMMON_BLOCK: Final = re.compile(
     r"NATS/1\.0\r\n(?:" + _TOKEN_RE + "+:" + _VALUE_CHAR_RE + r"*+(?<![ \t])\r\n)*+\r\n"
 )
 _COMMON_LINE: Final = re.compile("(" + _TOKEN_RE + r"):[ \t]*(" + _VALUE_CHAR_RE + r"*)\r\n")
-# The block of a direct get reply as nats-server writes it (its headers only, in this order;
-# a batch's cursor headers after them), recognised and read in the one match that also checks
-# it: every line it accepts is a line of the common block (a literal token key, a value with no
-# CR or LF that does not end in a space or tab), so it replaces that check. Its groups, the
-# values without their leading white space, are kept for the direct get's reader
-# (:meth:`Headers._direct_fields`); any other block is checked by the common expression and
-# read pair by pair.
-_DIRECT_START: Final = "NATS/1.0\r\nNats-Stream:"
-_DIRECT_VALUE: Final = r":[ \t]*+([^\r\n]*+)(?<![ \t])\r\n"
+# The block of a direct get reply as nats-server writes it (its headers only, in this order, one
+# space after each colon, values of printable ASCII; a batch's cursor headers after them),
+# recognised and read in the one match that also checks it: every line it accepts is a line of
+# the common block (a literal token key, a value with no white space or control character), so
+# it replaces that check. Its groups, the values, are kept for the direct get's reader
+# (:meth:`Headers._direct_fields`). Any other block (a subject outside ASCII, other spacing, the
+# message's own headers) is checked by the common expression and read pair by pair.
+_DIRECT_START: Final = "NATS/1.0\r\nNats-Stream: "
+_DIRECT_VALUE: Final = r": ([!-~]++)\r\n"
 _DIRECT_LAYOUT: Final = re.compile(
     r"NATS/1\.0\r\nNats-Stream" + _DIRECT_VALUE + "Nats-Subject" + _DIRECT_VALUE + "Nats-Sequence" + _DIRECT_VALUE
     + "Nats-Time-Stamp" + _DIRECT_VALUE + "(?:Nats-Num-Pending" + _DIRECT_VALUE + ")?(?:Nats-Last-Sequence"

@@ -380,7 +380,7 @@ def test_direct_reply_layout_agrees_with_the_general_parser(count: int, changes:
     for i, value in changes:
         if i < count:
             values[i] = value
-    block = ("NATS/1.0\r\n" + "".join(f"{k}:{v}\r\n" for k, v in zip(_SERVER_KEYS, values)) + "\r\n").encode()
+    block = ("NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in zip(_SERVER_KEYS, values)) + "\r\n").encode()
     assert _parsed(block) == _general(block)
     try:
         headers, _, _ = parse_header_block(block)
