@@ -849,6 +849,15 @@ class Client:
             self._io_idle = False
             self._poke()
 
+    def _arm_locked(self) -> None:
+        """Under the lock: wake the I/O thread if the session's next deadline is earlier than
+        the one it sleeps to (a timer set without waking it: see ``Shell.attach_locked``)."""
+        if self._io_idle:
+            due = self._session.next_deadline()
+            if due is not None and (self._io_due is None or due < self._io_due):
+                self._io_idle = False
+                self._poke()
+
     # -- leading: a caller that waits for a reply reads the socket itself -------------------------
 
     def _take_read_locked(self) -> socket.socket | None:
@@ -877,6 +886,7 @@ class Client:
             self._reader = False
             if self._io_idle:
                 self._set_mask_locked()  # (else the I/O thread sets it when it parks)
+                self._arm_locked()  # (a timer the reader saw set and did not see come due)
 
     def _set_mask_locked(self) -> None:
         """Under the lock: make the I/O thread's epoll set wait for what it should on the socket:
@@ -912,6 +922,16 @@ class Client:
         self._ep_fd = -1
         self._ep_mask = 0
 
+    def _watch_timers_locked(self) -> float | None:
+        """For a reader (under the lock): the session's next deadline, after waking the I/O
+        thread if it has come due. Timers are the I/O thread's to fire; a reader watches them
+        rather than have it woken for each new one (a request's timeout rarely fires), and
+        the I/O thread pokes the reader after its turn."""
+        due = self._session.next_deadline()
+        if due is not None and due <= _monotonic():
+            self._arm_locked()
+        return due
+
     def _lead(self, sock: socket.socket, pending: Callable[[], bool], deadline: float) -> None:
         """Read ``sock`` on this thread until ``pending()`` is false (what the caller waits for
         was routed), the deadline passes, or the socket changes or fails; then give the read
@@ -946,12 +966,18 @@ class Client:
                 except (OSError, ValueError):
                     return  # (closed meanwhile by the I/O thread)
                 self._lead_poll = (sock, poller)
+            with lock:
+                due = self._watch_timers_locked()
             while pending():
-                remaining = deadline - _monotonic()
+                now = _monotonic()
+                remaining = deadline - now
                 if remaining <= 0:
                     return
+                wait = min(remaining, _LEAD_SLICE)
+                if due is not None and now < due < now + wait:
+                    wait = due - now  # (to wake the I/O thread for it when it comes due)
                 readable = False
-                for fd, _ in poller.poll(min(remaining, _LEAD_SLICE) * 1000.0):
+                for fd, _ in poller.poll(wait * 1000.0):
                     if fd != lead_fd:
                         readable = True
                     else:
@@ -961,6 +987,7 @@ class Client:
                 with lock:
                     if self._sock is not sock:
                         return
+                    due = self._watch_timers_locked()
                     if not readable:
                         continue
                     try:
@@ -995,12 +1022,7 @@ class Client:
                     self._kick_locked()
                     if session.has_work:
                         self._wake_locked()
-                    elif self._io_idle:
-                        # A timer the bytes armed (a re-send's backoff) is the I/O thread's:
-                        # wake it if it sleeps past it.
-                        due = session.next_deadline()
-                        if due is not None and (self._io_due is None or due < self._io_due):
-                            self._wake_locked()
+                    due = self._watch_timers_locked()  # (one the bytes armed: a re-send's backoff)
         finally:
             with lock:
                 self._give_back_locked()
@@ -1401,15 +1423,25 @@ class Shell:
     # -- sub-machines ---------------------------------------------------------------------
 
     def attach_locked(self, machine: Any, sink: Sink, *, inbox: bool = True, wildcard: bool = False,
-                      target: str | None = None) -> int:
+                      target: str | None = None, wake: bool = True) -> int:
         """Run ``machine`` on the session (its events go to ``sink``, on the I/O thread or the
-        calling thread, under the lock) and get what it queued onto the wire."""
+        calling thread, under the lock) and get what it queued onto the wire. With
+        ``wake=False`` the I/O thread is not woken for the machine's deadline: the caller is
+        about to wait for the machine's answer, leading (a lead watches the session's timers
+        and gives them to the I/O thread when they come due or when it ends), or else it calls
+        :meth:`arm_locked` before it waits."""
         session = self.session
         before = session.next_deadline()
         slot = session.attach(machine, sink, _monotonic(), inbox=inbox, wildcard=wildcard, target=target)
         self._client._kick_locked()
-        self._earlier(before)
+        if wake:
+            self._earlier(before)
         return slot
+
+    def arm_locked(self) -> None:
+        """Wake the I/O thread if the session's next deadline is earlier than the one it sleeps
+        to (after ``attach_locked(..., wake=False)``, for a caller that waits without leading)."""
+        self._client._arm_locked()
 
     def command_locked(self, slot: int, command: Any, *, kick: bool = False) -> None:
         """Give a running sub-machine ``command``; wake the I/O thread (or, with ``kick``,

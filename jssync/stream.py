@@ -319,7 +319,9 @@ class DirectGetIterator(Iterator[StoredMsg]):
         shell.check_fork()
         machine.check_request_size(client.max_payload)  # (before anything, even the SUB, is sent)
         with shell.lock:
-            self._slot = shell.attach_locked(machine, self._on_event)
+            # (the I/O thread is not woken for the call's deadline: the first next() reads the
+            # replies itself and watches it, or arms the I/O thread if it cannot)
+            self._slot = shell.attach_locked(machine, self._on_event, wake=False)
 
     def _on_event(self, e: Any) -> None:
         """The sink of the machine's events (under the client lock)."""
@@ -415,6 +417,7 @@ class DirectGetIterator(Iterator[StoredMsg]):
                     sock = shell.take_read_locked() if may_lead else None
                     if sock is None:
                         self._waiting = True
+                        shell.arm_locked()  # (the machine's deadline is the I/O thread's to fire)
                 if sock is not None:
                     shell.lead(sock, lambda: not self._ended and (not items or items[-1] is not None), end)
                     may_lead = False

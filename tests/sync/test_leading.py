@@ -189,9 +189,9 @@ def test_close_wakes_a_leader_at_once(fake_server: FakeServer, clients: Callable
     assert len(events.of(Closed)) == 1
 
 
-def _stream_s(fake: FakeServer, clients: Callable[..., Client]) -> tuple[Client, FakeConn, Any]:
+def _stream_s(fake: FakeServer, clients: Callable[..., Client], **options: Any) -> tuple[Client, FakeConn, Any]:
     """A client and its handle on stream S (the fake server answers its info request)."""
-    nc, conn = _connected(fake, clients)
+    nc, conn = _connected(fake, clients, **options)
     t, box = _in_thread(lambda: nc.jetstream().stream("S"))
     reply, sid = _reply_to(conn, b"$JS.API.STREAM.INFO.S")
     conn.send_msg(reply, sid, STREAM_INFO)
@@ -214,6 +214,42 @@ def test_a_batch_timed_out_by_the_io_thread_ends_the_lead(
     assert it.reason == "timeout"
     # Without the poke the leader would see it at its next periodic look (0.5 s).
     assert 0.29 <= took < 0.45, took
+
+
+def test_a_batch_that_cannot_lead_is_timed_out_by_the_io_thread(
+    fake_server: FakeServer, clients: Callable[..., Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The call's deadline is set without waking the I/O thread (a leader watches it); a
+    caller that cannot lead (here: every take refused, as for TLS) arms the I/O thread before
+    it waits, so the machine still times the call out at its deadline, not at the guard's."""
+    nc, conn, stream = _stream_s(fake_server, clients, ping_interval=30)
+    monkeypatch.setattr(Client, "_take_read_locked", lambda self: None)
+    time.sleep(0.1)  # (the I/O thread parked, to its next PING 30 s away, before the call)
+    t0 = time.monotonic()
+    it = stream.direct_get_batch(batch=10, seq=1, timeout=0.3)
+    conn.expect(b"PUB $JS.API.DIRECT.GET.S ")
+    with pytest.raises(TimeoutError):
+        next(it)
+    took = time.monotonic() - t0
+    assert it.reason == "timeout"
+    assert 0.29 <= took < 0.45, took
+
+
+def test_a_batch_deadline_passed_before_the_first_next_is_fired(
+    fake_server: FakeServer, clients: Callable[..., Client]
+) -> None:
+    """An iterator read only after its deadline: the lead finds the timer due and wakes the
+    I/O thread for it at once."""
+    nc, conn, stream = _stream_s(fake_server, clients, ping_interval=30)
+    time.sleep(0.1)  # (the I/O thread parked, to its next PING 30 s away, before the call)
+    it = stream.direct_get_batch(batch=10, seq=1, timeout=0.2)
+    conn.expect(b"PUB $JS.API.DIRECT.GET.S ")
+    time.sleep(0.4)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):
+        next(it)
+    assert it.reason == "timeout"
+    assert time.monotonic() - t0 < 0.15  # not the leader's periodic look (0.25 s)
 
 
 def test_a_publish_retry_timer_armed_by_the_leader_fires(
@@ -267,6 +303,39 @@ def test_round_trips_leave_the_io_thread_asleep(nats_url: str, clients: Callable
             assert js.publish(f"lead{os.getpid()}.x", b"p").seq == i + 1
         woken = _voluntary_switches(io) - before
         assert woken <= 15, f"the I/O thread woke {woken} times in 300 round trips"
+    finally:
+        js.delete_stream(name)
+
+
+def test_batched_direct_gets_do_not_wake_the_io_thread(
+    nats_url: str, clients: Callable[..., Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batched direct gets against a real server: the caller reads the replies and watches the
+    call's deadline itself, so it does not wake the I/O thread to arm that deadline (it used
+    to, for every call). Counted where the wake-up is sent: the caller's pokes. (The default
+    PING interval: the I/O thread sleeps longer than a call's deadline.)"""
+    nc = clients(nats_url, ping_interval=120.0)
+    js = nc.jetstream()
+    name = f"LEADDG{os.getpid()}"
+    prefix = f"leaddg{os.getpid()}"
+    js.create_stream(name=name, subjects=[f"{prefix}.>"], allow_direct=True)
+    try:
+        for i in range(20):
+            js.publish(f"{prefix}.{i}", b"v%d" % i)
+        stream = js.stream(name)
+        pokes: list[str] = []
+        real = Client._poke
+
+        def counted(self: Client) -> None:
+            pokes.append(threading.current_thread().name)
+            real(self)
+
+        monkeypatch.setattr(Client, "_poke", counted)
+        for _ in range(100):
+            assert len(list(stream.direct_get_last_for([f"{prefix}.*"]))) == 20
+            assert [m.seq for m in stream.direct_get_batch(seq=1, batch=5)] == [1, 2, 3, 4, 5]
+        mine = pokes.count(threading.current_thread().name)
+        assert mine <= 5, f"the caller woke the I/O thread {mine} times in 200 batched direct gets"
     finally:
         js.delete_stream(name)
 
