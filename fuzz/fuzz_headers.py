@@ -7,7 +7,9 @@ encoder accepts), except that a value received with a control character other th
 other clients send, and the parser takes as it is) is refused by the encoder with
 ``BadHeaderError``, and only then; a re-encoded block ends in exactly one blank line, and
 parsing it gives the same headers (the status line is not part of ``Headers`` and is not
-re-encoded).
+re-encoded). A block the parser recognised as a direct get reply in the server's layout
+(``Headers._direct_fields``) holds exactly the server's headers, each once and in order, and the
+values kept for the direct get's reader are the ones the pairs hold.
 
 The same bytes are also framed as an ``HMSG`` and run through the wire invariant of
 :mod:`fuzz.fuzz_wire`, so header parsing is exercised under every split too.
@@ -33,6 +35,9 @@ from jscore.headers import Headers, encode_headers, parse_header_block
 
 __all__ = ["check_headers", "hmsg_frame", "one_input"]
 
+_DIRECT_KEYS = ("Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Num-Pending",
+                "Nats-Last-Sequence", "Nats-UpTo-Sequence")  # fmt: skip
+
 
 def hmsg_frame(block: bytes, payload: bytes = b"") -> bytes:
     """An ``HMSG`` frame carrying ``block`` as its header block, sizes computed."""
@@ -46,6 +51,11 @@ def check_headers(block: bytes) -> tuple[Headers, int | None, str | None] | None
     except RemoteProtocolError:
         return None
     assert isinstance(headers, Headers)
+    fields = headers._direct_fields()  # (before anything splits the block)
+    if fields is not None:
+        pairs = headers.items()
+        assert [k for k, _ in pairs] == [k for k, v in zip(_DIRECT_KEYS, fields) if v is not None], pairs
+        assert [v for _, v in pairs] == [v for v in fields if v is not None], (pairs, fields)
     if status is not None:
         assert 0 <= status <= 999, status
     else:
