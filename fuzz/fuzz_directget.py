@@ -90,12 +90,13 @@ def check_script(replies: list[tuple[Headers, int | None, str | None, bytes]], o
             continue
         for e in new:
             assert finished == 0, f"event after the end: {e}"
-            if isinstance(e, DG.StoredMsgDelivered):
-                msg = e.msg
-                assert isinstance(msg.seq, int) and msg.seq > last_seq, (msg.seq, last_seq)
-                last_seq = msg.seq
-                assert msg.stream and msg.subject
-                assert msg.headers is None or not any(k.lower() in DIRECT_GET_HEADERS for k in msg.headers)
+            if isinstance(e, DG.StoredMsgsDelivered):
+                assert e.msgs, "an empty run of messages"
+                for msg in e.msgs:
+                    assert isinstance(msg.seq, int) and msg.seq > last_seq, (msg.seq, last_seq)
+                    last_seq = msg.seq
+                    assert msg.stream and msg.subject
+                    assert msg.headers is None or not any(k.lower() in DIRECT_GET_HEADERS for k in msg.headers)
             elif isinstance(e, DG.DirectGetRequested):
                 assert isinstance(options, DG.LastForOptions), "a batch never sends a second request"
                 assert status is not None and eobs > 0, "a page request only after an end of batch"

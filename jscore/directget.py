@@ -24,7 +24,7 @@ Two request forms:
 
 :class:`DirectGetBatch` is the machine of one call: built with the validated options and
 ``now``, it queues the request(s) to send (:class:`DirectGetRequested`), is fed every reply with
-:meth:`~DirectGetBatch.receive_msg`, and reports :class:`StoredMsgDelivered` and finally one
+:meth:`~DirectGetBatch.receive_msg`, and reports :class:`StoredMsgsDelivered` and finally one
 :class:`DirectGetFinished` (``error`` None for a normal end). It never raises on server input:
 a malformed reply, a lost reply (:class:`BatchGapError`, detected from the
 ``Nats-Last-Sequence`` chain), an old server (:class:`BatchGetUnsupportedError`), a status error
@@ -84,7 +84,7 @@ __all__ = [
     "BatchReply",
     "parse_batch_reply",
     "DirectGetRequested",
-    "StoredMsgDelivered",
+    "StoredMsgsDelivered",
     "DirectGetFinished",
     "DirectGetEvent",
     "DirectGetBatch",
@@ -363,8 +363,11 @@ class DirectGetRequested(msgspec.Struct, frozen=True):
     page: int
 
 
-class StoredMsgDelivered(msgspec.Struct, frozen=True, gc=False):
-    msg: StoredMsg
+class StoredMsgsDelivered(msgspec.Struct, frozen=True, gc=False):
+    """Messages delivered in a row, in order: one event for a run of replies (those of one
+    read, between two other events), not one per message."""
+
+    msgs: list[StoredMsg]
 
 
 class DirectGetFinished(msgspec.Struct, frozen=True):
@@ -376,7 +379,7 @@ class DirectGetFinished(msgspec.Struct, frozen=True):
     reason: str
 
 
-DirectGetEvent = Union[DirectGetRequested, StoredMsgDelivered, DirectGetFinished]
+DirectGetEvent = Union[DirectGetRequested, StoredMsgsDelivered, DirectGetFinished]
 
 
 # =========================================================================== the machine
@@ -401,6 +404,7 @@ class DirectGetBatch:
         self._multi = isinstance(options, LastForOptions)
         self._timeout = float(timeout)
         self._events: list[DirectGetEvent] = []
+        self._run: list[StoredMsg] | None = None  # the messages of the last queued event, if it is one
         self._deadline: float | None = None
         self.done = False
         self.error: NatsError | None = None
@@ -437,9 +441,11 @@ class DirectGetBatch:
         return None if self.done else self._deadline
 
     def next_event(self) -> DirectGetEvent | None:
+        self._run = None  # (an event handed out is never added to)
         return self._events.pop(0) if self._events else None
 
     def drain_events(self) -> list[DirectGetEvent]:
+        self._run = None
         events, self._events = self._events, []
         return events
 
@@ -546,7 +552,11 @@ class DirectGetBatch:
         self.last_seq = stored.seq
         if not self._multi:
             self.num_pending = num_pending
-        self._events.append(StoredMsgDelivered(stored))
+        run = self._run
+        if run is None:
+            run = self._run = []
+            self._events.append(StoredMsgsDelivered(run))
+        run.append(stored)
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -611,6 +621,7 @@ class DirectGetBatch:
         self._page_prev = 0
         self._page_count = 0
         self._deadline = now + self._timeout
+        self._run = None
         self._events.append(DirectGetRequested(self._subject, body, self.pages))
 
     def _finish(self, error: NatsError | None, reason: str) -> None:
@@ -618,4 +629,5 @@ class DirectGetBatch:
         self.error = error
         self.reason = reason
         self._deadline = None
+        self._run = None
         self._events.append(DirectGetFinished(error, reason))

@@ -55,7 +55,7 @@ __all__ = ["Stream", "DirectGetIterator"]
 
 _monotonic: Final = time.monotonic
 _GUARD: Final = 5.0  # seconds past a direct get's own timeout before its caller gives up
-_DELIVERED: Final = DG.StoredMsgDelivered
+_DELIVERED: Final = DG.StoredMsgsDelivered
 
 
 class Stream:
@@ -327,7 +327,7 @@ class DirectGetIterator(Iterator[StoredMsg]):
         """The sink of the machine's events (under the client lock)."""
         cls = e.__class__
         if cls is _DELIVERED:
-            self._items.append(e.msg)
+            self._items.extend(e.msgs)
         elif cls is MachineFailed:
             self._failure = e.error
             self._items.append(None)

@@ -292,7 +292,7 @@ class Run:
 
     @property
     def seqs(self) -> list[int]:
-        return [e.msg.seq for e in self.events if isinstance(e, DG.StoredMsgDelivered)]
+        return [m.seq for e in self.events if isinstance(e, DG.StoredMsgsDelivered) for m in e.msgs]
 
     @property
     def requests(self) -> list[dict[str, Any]]:
@@ -321,6 +321,25 @@ def test_the_request_is_queued_at_once_with_its_deadline() -> None:
     assert r.m.next_deadline() == 12.0
     assert r.m.next_deadline() == 12.0  # pure
     assert not r.m.done and r.m.next_event() is None
+
+
+def test_a_run_of_replies_is_one_event_and_a_handed_out_event_is_never_added_to() -> None:
+    """Replies fed between two drains are one event, in order; the end is its own event
+    after them; an event taken by next_event() is not changed by later replies."""
+    m = DG.DirectGetBatch(SUBJECT, DG.resolve_last_for(["a.>"], batch=3), timeout=2.0, now=0.0)
+    assert [type(e) for e in m.drain_events()] == [DG.DirectGetRequested]
+    m.receive(reply_headers(1, 0, 2, "a.1"), b"1", None, None, 0.1)
+    first = m.next_event()
+    assert isinstance(first, DG.StoredMsgsDelivered) and [x.seq for x in first.msgs] == [1]
+    m.receive(reply_headers(2, 1, 1, "a.2"), b"2", None, None, 0.2)
+    m.receive(reply_headers(3, 2, 0, "a.3"), b"3", None, None, 0.3)
+    m.receive(eob_headers(0, 3, 3), b"", 204, "EOB", 0.4)
+    events = m.drain_events()
+    assert [type(e) for e in events] == [DG.StoredMsgsDelivered, DG.DirectGetFinished]
+    run = events[0]
+    assert isinstance(run, DG.StoredMsgsDelivered)
+    assert [(x.seq, x.data) for x in run.msgs] == [(2, b"2"), (3, b"3")]
+    assert [x.seq for x in first.msgs] == [1]  # (handed out before: untouched)
 
 
 def test_batch_ends_exactly_at_eob_with_its_cursor() -> None:
@@ -689,7 +708,7 @@ def test_fuzz_harness_catches_delivery_after_the_end(monkeypatch: pytest.MonkeyP
         if done and headers is not None and status is None:
             late = DG.parse_batch_reply(headers, data).msg
             assert late is not None
-            self._events.append(DG.StoredMsgDelivered(late))
+            self._events.append(DG.StoredMsgsDelivered([late]))
 
     monkeypatch.setattr(DG.DirectGetBatch, "receive", leaky)
     with pytest.raises(AssertionError):
