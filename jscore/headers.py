@@ -55,9 +55,12 @@ _COMMON_LINE: Final = re.compile("(" + _TOKEN_RE + r"):[ \t]*(" + _VALUE_CHAR_RE
 # message's own headers) is checked by the common expression and read pair by pair.
 _DIRECT_START: Final = "NATS/1.0\r\nNats-Stream: "
 _DIRECT_VALUE: Final = r": ([!-~]++)\r\n"
+# (the time stamp in the form nats-server 2.10+ writes, RFC 3339 in UTC with 1 to 9 fractional
+# digits: its reader then checks only that the date exists, see jscore.times.parse_server_stamp)
+_DIRECT_STAMP: Final = r": ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{1,9}Z)\r\n"
 _DIRECT_LAYOUT: Final = re.compile(
     r"NATS/1\.0\r\nNats-Stream" + _DIRECT_VALUE + "Nats-Subject" + _DIRECT_VALUE + "Nats-Sequence" + _DIRECT_VALUE
-    + "Nats-Time-Stamp" + _DIRECT_VALUE + "(?:Nats-Num-Pending" + _DIRECT_VALUE + ")?(?:Nats-Last-Sequence"
+    + "Nats-Time-Stamp" + _DIRECT_STAMP + "(?:Nats-Num-Pending" + _DIRECT_VALUE + ")?(?:Nats-Last-Sequence"
     + _DIRECT_VALUE + ")?(?:Nats-UpTo-Sequence" + _DIRECT_VALUE + r")?\r\n"
 )  # fmt: skip
 _FIRST_LINE: Final = len(b"NATS/1.0\r\n")
@@ -107,7 +110,8 @@ class Headers:
         ``Nats-Time-Stamp``, ``Nats-Num-Pending``, ``Nats-Last-Sequence`` and
         ``Nats-UpTo-Sequence`` (None where absent) when the parser recognised the block as a
         direct get reply in nats-server's layout and it was not split or changed since; else
-        None (read the pairs)."""
+        None (read the pairs). The time stamp is then in the form
+        :func:`jscore.times.parse_server_stamp` reads."""
         return self._layout if self._block is not None else None
 
     # -- reading ---------------------------------------------------------------------------

@@ -553,10 +553,14 @@ def parse_nats_time(text: str) -> NatsTime:
     try:
         return _times.parse_nats_time(text)
     except (ValueError, OverflowError) as exc:  # (an offset of 24 h or more, a year 0 ...)
-        message = str(exc)
-        if not message.startswith("invalid timestamp"):
-            message = f"invalid timestamp {text[:64]!r}: {message}"
-        raise JetStreamError(message) from None
+        raise _time_error(text, exc) from None
+
+
+def _time_error(text: str, exc: Exception) -> JetStreamError:
+    message = str(exc)
+    if not message.startswith("invalid timestamp"):
+        message = f"invalid timestamp {text[:64]!r}: {message}"
+    return JetStreamError(message)
 
 
 def stored_msg_from_get(raw: RawStoredMsg, stream: str) -> StoredMsg:
@@ -619,6 +623,7 @@ def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredM
     fields = headers._direct_fields()  # (the server's layout, read when the block was checked)
     if fields is not None:
         stream, subject, seq_text, stamp, pending, last, up_to = fields
+        read_time = _times.parse_server_stamp  # (the stamp's form was checked with the layout)
     else:
         server: dict[str, str] = {}
         spelling = _DIRECT_GET_SPELLING
@@ -638,16 +643,16 @@ def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredM
         pending = server.get("nats-num-pending")
         last = server.get("nats-last-sequence")
         up_to = server.get("nats-upto-sequence")
+        read_time = _times.parse_nats_time
     if not stream or not subject or not seq_text or not stamp:
         raise JetStreamError(f"invalid direct get reply: missing Nats-* headers in {headers!r}")
     if not (seq_text.isascii() and seq_text.isdigit()):
         raise JetStreamError(f"invalid direct get reply: Nats-Sequence {seq_text!r}")
+    try:
+        time = read_time(stamp)
+    except (ValueError, OverflowError) as exc:
+        raise _time_error(stamp, exc) from None
     msg = StoredMsg(
-        subject=subject,
-        seq=int(seq_text),
-        data=data,
-        headers=Headers(own) if own else None,
-        time=parse_nats_time(stamp),
-        stream=stream,
+        subject=subject, seq=int(seq_text), data=data, headers=Headers(own) if own else None, time=time, stream=stream
     )
     return msg, (pending, last, up_to)

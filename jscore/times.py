@@ -218,6 +218,22 @@ def _second_fields(head: str) -> tuple[int, int, int, int, int, int] | None:
     return fields
 
 
+def parse_server_stamp(text: str) -> NatsTime:
+    """:func:`parse_nats_time` of a stamp already matched as ``YYYY-MM-DDTHH:MM:SS.f...Z`` with
+    ASCII digits and 1 to 9 fractional digits (a direct get reply's, checked by the header
+    parser's match): only whether that date and time exist is left to check. ValueError if
+    they do not."""
+    head = text[:19]
+    fields = _seconds.get(head) or _second_fields(head)
+    if fields is None:
+        raise ValueError(f"invalid timestamp {text[:64]!r}")
+    frac = text[20:-1]
+    nanos = int(frac) * _FRACTION_SCALE[len(frac)]
+    value: NatsTime = _new_datetime(NatsTime, *fields, nanos // 1000, _UTC)
+    value._nanosecond = nanos % 1000
+    return value
+
+
 def parse_nats_time(text: str) -> NatsTime:
     """Parse a server timestamp: RFC 3339 with up to nanoseconds (``2026-11-22T01:44:53.269610481Z``,
     what nats-server 2.15 sends) or Go's ``time.String()`` form (``2022-08-06 00:29:27.587861324

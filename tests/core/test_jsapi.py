@@ -555,7 +555,16 @@ def _changed(order_and_changes: tuple[list[int], list[tuple[str, int, int]]]) ->
 @settings(max_examples=800, deadline=None)
 @given(
     _orders.map(_changed),
-    st.tuples(st.integers(0, 8), st.sampled_from([" ", "\t", " \t ", "nats-", "NATS-", "X", "x1", ""])),
+    st.tuples(
+        st.integers(0, 8),
+        st.sampled_from(
+            [" ", "\t", " \t ", "nats-", "NATS-", "X", "x1", ""]
+            # stamps: a date that does not exist, no fraction, ten digits, an offset, old Go form
+            + ["2026-13-25T03:08:22.1Z", "2026-02-30T00:00:00.5Z", "2026-11-25T03:08:22Z",
+               "2026-11-25T03:08:22.1234567890Z", "2026-11-25T03:08:22.5+01:00",
+               "2022-08-06 00:29:27.587861324 +0000 UTC", "2026-11-25T03:08:22.\u0663Z"]  # fmt: skip
+        ),
+    ),
     st.lists(st.sampled_from([("Own", "1"), ("nats-subject", "mine"), ("Nats-Sequence", "x")]), max_size=2),
     st.booleans(),
 )
@@ -596,6 +605,16 @@ def test_direct_reply_fast_read_of_the_servers_layout() -> None:
     assert (msg.stream, msg.subject, msg.seq, msg.headers, msg.data) == ("KV_b", "$KV.b.k", 42, None, b"x")
     assert msg.time is not None and msg.time.ns % 1_000_000_000 == 424187740
     assert cursor == ("7", "41", "99")
+
+
+@pytest.mark.parametrize("stamp", ["2026-13-25T03:08:22.1Z", "2026-02-30T00:00:00.5Z", "2026-11-25T24:00:00.5Z"])
+def test_a_date_that_does_not_exist_in_the_servers_layout_is_refused(stamp: str) -> None:
+    lines = [(k, stamp if k == "Nats-Time-Stamp" else v) for k, v in _SERVER_LINES]
+    block = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in lines)
+    headers, _, _ = parse_header_block(b"NATS/1.0\r\n" + block + b"\r\n")
+    assert headers._direct_fields() is not None  # (the form matches; the date is checked after)
+    with pytest.raises(errors.JetStreamError, match="invalid timestamp"):
+        jsapi.stored_msg_and_cursor(headers, b"x")
 
 
 def test_subject_matches() -> None:
