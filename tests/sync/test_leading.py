@@ -202,18 +202,25 @@ def _stream_s(fake: FakeServer, clients: Callable[..., Client], **options: Any) 
 def test_a_batch_timed_out_by_the_io_thread_ends_the_lead(
     fake_server: FakeServer, clients: Callable[..., Client]
 ) -> None:
-    """A batched direct get that gets no answer: its machine's deadline, fired by the I/O
-    thread, ends the caller's lead at that moment (the I/O thread pokes the leader)."""
-    nc, conn, stream = _stream_s(fake_server, clients)
+    """A batched direct get that gets no answer: the leading caller wakes the I/O thread when
+    the machine's deadline comes due, and the I/O thread, having fired it, pokes the leader:
+    the lead ends at that moment."""
+    nc, conn, stream = _stream_s(fake_server, clients, ping_interval=30)
+    time.sleep(0.1)  # (the I/O thread parked, to its next PING 30 s away, before the call)
+    # Without the wake-up and the poke, the machine's deadline would fire at the PING.
+    assert 0.29 <= _silent_batch(stream, conn, 0.3) < 0.45
+
+
+def _silent_batch(stream: Any, conn: FakeConn, timeout: float) -> float:
+    """How long a batched direct get the fake server never answers takes to raise its
+    machine's TimeoutError from the first ``next()``, counted from the call."""
     t0 = time.monotonic()
-    it = stream.direct_get_batch(batch=10, seq=1, timeout=0.3)
+    it = stream.direct_get_batch(batch=10, seq=1, timeout=timeout)
     conn.expect(b"PUB $JS.API.DIRECT.GET.S ")
     with pytest.raises(TimeoutError):
         next(it)
-    took = time.monotonic() - t0
     assert it.reason == "timeout"
-    # Without the poke the leader would see it at its next periodic look (0.5 s).
-    assert 0.29 <= took < 0.45, took
+    return time.monotonic() - t0
 
 
 def test_a_batch_that_cannot_lead_is_timed_out_by_the_io_thread(
@@ -225,14 +232,7 @@ def test_a_batch_that_cannot_lead_is_timed_out_by_the_io_thread(
     nc, conn, stream = _stream_s(fake_server, clients, ping_interval=30)
     monkeypatch.setattr(Client, "_take_read_locked", lambda self: None)
     time.sleep(0.1)  # (the I/O thread parked, to its next PING 30 s away, before the call)
-    t0 = time.monotonic()
-    it = stream.direct_get_batch(batch=10, seq=1, timeout=0.3)
-    conn.expect(b"PUB $JS.API.DIRECT.GET.S ")
-    with pytest.raises(TimeoutError):
-        next(it)
-    took = time.monotonic() - t0
-    assert it.reason == "timeout"
-    assert 0.29 <= took < 0.45, took
+    assert 0.29 <= _silent_batch(stream, conn, 0.3) < 0.45
 
 
 def test_a_batch_deadline_passed_before_the_first_next_is_fired(
