@@ -141,6 +141,7 @@ def demo(url: str | None, auth: Auth | None = None) -> int:
             _demo_jetstream(nc, check)
             _demo_priority(nc, server, check)
             _demo_kv(nc, check)
+            _demo_cleanup(nc)
 
             stats = nc.stats
             _say(f"stats: {stats}")
@@ -227,6 +228,16 @@ def _demo_jetstream(nc: Client, check: Callable[[str, bool], None]) -> None:
         _say(f"    second publish to demo.ids.42 refused: {type(exc).__name__} (err_code {exc.err_code})")
     check("a second publish to the same id subject is refused as already published", ok.seq == 1 and refused)
     _demo_consume(js, stream.name, check)
+    # (its streams are deleted at the end of the demo: see _demo_cleanup)
+
+
+def _demo_cleanup(nc: Client) -> None:
+    """Delete the JetStream part's streams, last: the key-value bucket, a file stream too, is
+    created while they exist. nats-server can remove an account's store directory once its last
+    file stream is deleted, and a file stream created while that removal runs can fail with
+    "error creating store for stream" (seen on a loaded machine); the bucket stays, so the
+    account always keeps one."""
+    js = nc.jetstream()
     for name in ("JSSYNC_DEMO", "JSSYNC_DEMO_IDS"):
         js.delete_stream(name)
 
