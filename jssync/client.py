@@ -941,9 +941,11 @@ class Client:
         out of its epoll set) and the caller does what it would have done, under the lock:
         feeds the bytes to the session, routes every event (other callers' replies included),
         writes the output the session queued. What only the I/O thread does (directives such as
-        a reconnect, and the notices for ``on_event``) is handed over to it. An EOF is left
-        unread, for the I/O thread to find once it waits on the socket again; after a socket
-        error the I/O thread finds the connection broken the same way.
+        a reconnect, and the notices for ``on_event``) is handed over to it, and so are the
+        session's timers: the caller waits in ``poll`` no later than the next one and wakes the
+        I/O thread when it comes due (``_watch_timers_locked``). An EOF is left unread, for the
+        I/O thread to find once it waits on the socket again; after a socket error the I/O
+        thread finds the connection broken the same way.
         """
         lock = self._lock
         session = self._session
