@@ -851,7 +851,8 @@ class Client:
 
     def _arm_locked(self) -> None:
         """Under the lock: wake the I/O thread if the session's next deadline is earlier than
-        the one it sleeps to (a timer set without waking it: see ``Shell.attach_locked``)."""
+        the one it sleeps to. Compared with that one, not with the session's deadline before
+        a change: a timer may have been set without waking it (``Shell.attach_locked``)."""
         if self._io_idle:
             due = self._session.next_deadline()
             if due is not None and (self._io_due is None or due < self._io_due):
@@ -1432,12 +1433,10 @@ class Shell:
         about to wait for the machine's answer, leading (a lead watches the session's timers
         and gives them to the I/O thread when they come due or when it ends), or else it calls
         :meth:`arm_locked` before it waits."""
-        session = self.session
-        before = session.next_deadline()
-        slot = session.attach(machine, sink, _monotonic(), inbox=inbox, wildcard=wildcard, target=target)
+        slot = self.session.attach(machine, sink, _monotonic(), inbox=inbox, wildcard=wildcard, target=target)
         self._client._kick_locked()
         if wake:
-            self._earlier(before)
+            self._client._arm_locked()
         return slot
 
     def arm_locked(self) -> None:
@@ -1448,12 +1447,10 @@ class Shell:
     def command_locked(self, slot: int, command: Any, *, kick: bool = False) -> None:
         """Give a running sub-machine ``command``; wake the I/O thread (or, with ``kick``,
         write what it queued from this thread when the I/O thread is idle)."""
-        session = self.session
-        before = session.next_deadline()
-        session.command(slot, command, _monotonic())
+        self.session.command(slot, command, _monotonic())
         if kick:
             self._client._kick_locked()
-            self._earlier(before)
+            self._client._arm_locked()
         else:
             self._client._wake_locked()
 
@@ -1462,20 +1459,9 @@ class Shell:
         its deadline, and wake the I/O thread if it is earlier than the one it sleeps to (not
         with ``wake=False``: for a deadline that is only a backstop of the caller's own wait,
         the I/O thread picks it up when it next wakes)."""
-        session = self.session
-        if not wake:
-            session.touch(slot)
-            return
-        before = session.next_deadline()
-        session.touch(slot)
-        self._earlier(before)
-
-    def _earlier(self, before: float | None) -> None:
-        """Wake the I/O thread if the session's next deadline moved before ``before`` (the one
-        it may be sleeping to)."""
-        due = self.session.next_deadline()
-        if due is not None and (before is None or due < before):
-            self._client._wake_locked()
+        self.session.touch(slot)
+        if wake:
+            self._client._arm_locked()
 
     # -- output -----------------------------------------------------------------------------
 

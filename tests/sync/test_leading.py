@@ -235,6 +235,31 @@ def test_a_batch_that_cannot_lead_is_timed_out_by_the_io_thread(
     assert 0.29 <= _silent_batch(stream, conn, 0.3) < 0.45
 
 
+def test_a_deadline_set_without_a_wake_up_does_not_hide_a_later_one(
+    fake_server: FakeServer, clients: Callable[..., Client]
+) -> None:
+    """An iterator not read yet (its deadline set without waking the I/O thread), then a
+    machine attached the usual way with a later deadline: the I/O thread is woken, because
+    what counts is the deadline it sleeps to, not the session's previous one. Both calls time
+    out when they should."""
+    from jscore import directget as DG
+    from jssync.client import shell_of
+
+    nc, conn, stream = _stream_s(fake_server, clients, ping_interval=30)
+    time.sleep(0.1)  # (the I/O thread parked, to its next PING 30 s away)
+    unread = stream.direct_get_batch(batch=10, seq=1, timeout=0.3)
+    conn.expect(b"PUB $JS.API.DIRECT.GET.S ")
+    ended = threading.Event()
+    shell = shell_of(nc)
+    machine = DG.DirectGetBatch("$JS.API.DIRECT.GET.S", DG.resolve_batch(batch=1), timeout=0.5, now=time.monotonic())
+    t0 = time.monotonic()
+    with shell.lock:
+        shell.attach_locked(machine, lambda e: ended.set() if isinstance(e, DG.DirectGetFinished) else None)
+    assert ended.wait(2.0), "the later deadline was never fired"
+    assert machine.reason == "timeout" and time.monotonic() - t0 < 0.75
+    assert unread.done and unread.reason == "timeout"
+
+
 def test_a_batch_deadline_passed_before_the_first_next_is_fired(
     fake_server: FakeServer, clients: Callable[..., Client]
 ) -> None:
