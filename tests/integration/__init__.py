@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -133,6 +134,29 @@ def assert_no_more(sub: Subscription, wait: float = 0.2) -> None:
     except TimeoutError:
         return
     raise AssertionError(f"unexpected extra message {extra!r}")
+
+
+def await_interest(subscriber: Client, publishers: tuple[Client, ...], timeout: float = 5.0) -> None:
+    """Return once the interest of ``subscriber``'s subscriptions so far has reached the servers
+    of ``publishers``: other cluster nodes learn of a subscription over their routes, after the
+    subscriber's own flush. A probe subscription made after them travels the same route behind
+    them, so once each publisher's probe comes back, the earlier ones are known there."""
+    probe = f"_interest_probe.{uuid.uuid4().hex}"
+    sub = subscriber.subscribe(probe)
+    subscriber.flush(timeout=2.0)
+    try:
+        for nc in publishers:
+            deadline = time.monotonic() + timeout
+            while True:
+                nc.publish(probe, b"?")
+                try:
+                    sub.next_msg(timeout=0.1)
+                    break
+                except TimeoutError:
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"interest never reached {nc.connected_url}") from None
+    finally:
+        sub.unsubscribe()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import jssync
 from jscore.errors import JetStreamError, NatsError
 from jscore.models import StorageType
 from jssync import Client
-from tests.integration import wait_until
+from tests.integration import await_interest, wait_until
 
 __all__ = ["PullEnv", "WireCounter", "Recorder", "Site", "site_env", "unique", "seqs_of", "wait_until"]
 
@@ -38,7 +38,7 @@ class WireCounter:
         self.sub = mon.subscribe(subject, callback=self._on_msg)
         mon.flush(timeout=2.0)
         if seen_from:
-            _await_interest(mon, seen_from)
+            await_interest(mon, seen_from)
 
     def _on_msg(self, msg: jssync.Msg) -> None:
         with self._lock:
@@ -60,29 +60,6 @@ class WireCounter:
     def times(self) -> list[float]:
         with self._lock:
             return [ts for (ts, _) in self.items]
-
-
-def _await_interest(mon: Client, publishers: tuple[Client, ...], timeout: float = 5.0) -> None:
-    """Return once interest in ``mon``'s earlier subscriptions has reached the servers of
-    ``publishers`` (other cluster nodes learn of a subscription over their routes, after the
-    subscriber's own flush). A probe subscription made after them travels the same route
-    behind them: once each publisher's probe comes back, the earlier ones are known there."""
-    probe = f"_wire_probe.{uuid.uuid4().hex}"
-    sub = mon.subscribe(probe)
-    mon.flush(timeout=2.0)
-    try:
-        for nc in publishers:
-            deadline = time.monotonic() + timeout
-            while True:
-                nc.publish(probe, b"?")
-                try:
-                    sub.next_msg(timeout=0.1)
-                    break
-                except TimeoutError:
-                    if time.monotonic() > deadline:
-                        raise AssertionError(f"interest never reached {nc.connected_url}") from None
-    finally:
-        sub.unsubscribe()
 
 
 class Recorder:

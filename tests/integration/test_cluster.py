@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ssl
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,27 +19,11 @@ from jssync.events import (
     ServersDiscovered,
 )
 from jssync.server import NatsCluster
-from tests.integration import EventLog, clients, collect, wait_until
+from tests.integration import EventLog, await_interest, clients, collect, wait_until
 
 __all__ = ["clients"]
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def _await_route(sub_client: Client, pub_client: Client, subject: str, timeout: float = 5.0) -> None:
-    """Publish probes until one crosses the cluster: the subscription's interest has propagated."""
-    sub = sub_client.subscribe(subject + ".probe")
-    sub_client.flush(timeout=2)
-    deadline = time.monotonic() + timeout
-    while True:
-        pub_client.publish(subject + ".probe", b"?")
-        try:
-            sub.next_msg(timeout=0.1)
-            break
-        except TimeoutError:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"interest on {subject!r} never reached the other node") from None
-    sub.unsubscribe()
 
 
 def test_discovery_and_failover_to_another_node(
@@ -60,7 +43,7 @@ def test_discovery_and_failover_to_another_node(
     sub = nc.subscribe("cl.data")
     qsub = nc.subscribe("cl.work", queue="w")
     remote = clients(urls[2], ignore_discovered_servers=True)
-    _await_route(nc, remote, "cl.data")
+    await_interest(nc, (remote,))
     for i in range(20):
         remote.publish("cl.data", b"%d" % i)
         remote.publish("cl.work", b"%d" % i)
@@ -78,7 +61,7 @@ def test_discovery_and_failover_to_another_node(
     # subscriptions work on the new node, published from a client connected to another one
     other = urls[2] if rec.url == urls[1] else urls[1]
     publisher = clients(other, ignore_discovered_servers=True)
-    _await_route(nc, publisher, "cl.data")
+    await_interest(nc, (publisher,))
     for i in range(50):
         publisher.publish("cl.data", b"after-%d" % i)
         publisher.publish("cl.work", b"after-%d" % i)
@@ -88,7 +71,7 @@ def test_discovery_and_failover_to_another_node(
     # request/reply across the cluster after the failover
     publisher.subscribe("cl.svc", callback=lambda m: m.respond(b"node:" + m.data))
     publisher.flush(timeout=2)
-    _await_route(publisher, nc, "cl.svc")
+    await_interest(publisher, (nc,))
     assert nc.request("cl.svc", b"x", timeout=2).data == b"node:x"
     assert nc.stats["reconnects"] == 1
 
@@ -121,7 +104,7 @@ def test_tls_cluster_gossiped_ip_urls_are_verified_against_the_configured_hostna
     assert sock.context.check_hostname and sock.context.verify_mode == ssl.CERT_REQUIRED
     other = ports[2] if rec.url.endswith(f":{ports[1]}") else ports[1]
     publisher = clients(f"tls://localhost:{other}", tls=certs.client_context(), ignore_discovered_servers=True)
-    _await_route(nc, publisher, "tlscl")
+    await_interest(nc, (publisher,))
     publisher.publish("tlscl", b"over-tls")
     assert collect(sub, 1)[0].data == b"over-tls"
 
@@ -146,7 +129,7 @@ def test_url_credentials_are_used_for_gossiped_servers(
     assert not events.of(ServerError), [e.error for e in events.of(ServerError)]
     other = [p for p in ports[1:] if not rec.url.endswith(f":{p}")][0]
     publisher = clients(f"nats://127.0.0.1:{other}", user="alice", password="pw-cluster-1")
-    _await_route(nc, publisher, "auth.cl")
+    await_interest(nc, (publisher,))
     publisher.publish("auth.cl", b"ok")
     assert collect(sub, 1)[0].data == b"ok"
     assert "pw-cluster-1" not in repr(nc.options) + repr(nc)
