@@ -64,6 +64,8 @@ pc = time.perf_counter
 TARGETS = {"naive": 5.0, "nats-py": 2.0}  # jssync rows/s >= this x the writer's (issue 5)
 WRITERS = ("jssync", "naive", "nats-py", "nats-py-bare", "jssync-ds")
 FLOOR = "floor"  # Spark alone: foreachPartition iterating the rows, no publish (not in the ratios)
+READ_FLOOR = "floor-read"  # Spark alone: a Python source yielding the read's rows from memory, as tuples
+READ_FLOOR_ARROW = "floor-read-arrow"  # the same rows as Arrow record batches
 
 
 # =============================================================================== partition writers
@@ -134,6 +136,66 @@ def floor_partition(rows: Any) -> None:
     """No publishing: iterate the rows and take the payload bytes (what Spark alone costs)."""
     for row in rows:
         bytes(row[0])
+
+
+def floor_source(stream: str, subject: str, tag: str, rows: int, partitions: int, size: int) -> Any:
+    """The read's floor (issue 17): a Python data source that yields the rows the jetstream
+    source returns for the stream read back (subject, 128 B data, a ``Nats-Msg-Id`` header,
+    stream, sequence, time stamp), built in memory in the reader's tasks. ``arrow``: as Arrow
+    record batches of 4,096 rows (what the jetstream reader yields), else one tuple per row
+    (the plain form of a Python source). Nothing is read from the server."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class _Range(InputPartition):  # type: ignore[misc]
+        def __init__(self, start: int, end: int) -> None:
+            self.start, self.end = start, end
+
+    class _Reader(DataSourceReader):  # type: ignore[misc]
+        def __init__(self, arrow: bool) -> None:
+            self.arrow = arrow
+
+        def partitions(self) -> Any:
+            step = -(-rows // partitions)
+            return [_Range(s + 1, min(rows, s + step)) for s in range(0, rows, step)]
+
+        def read(self, part: Any) -> Any:
+            import datetime as dt
+
+            stamp = dt.datetime(2026, 11, 28, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
+
+            # One payload and one header map for every row: the conservative floor (the
+            # jetstream reader's rows each have their own).
+            data, headers = b"x" * size, {"Nats-Msg-Id": [f"{tag}-0-1"]}
+
+            def row(seq: int) -> tuple[Any, ...]:
+                return (subject, data, headers, stream, seq, stamp)
+
+            if not self.arrow:
+                for seq in range(part.start, part.end + 1):
+                    yield row(seq)
+                return
+            import pyarrow as pa
+
+            from jssync.spark.datasource import _arrow_schema
+
+            schema = _arrow_schema()
+            for lo in range(part.start, part.end + 1, 4096):
+                cols = list(zip(*(row(seq) for seq in range(lo, min(part.end, lo + 4095) + 1))))
+                cols[5] = [int(stamp.timestamp() * 1_000_000)] * len(cols[5])
+                yield pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema)
+
+    class FloorSource(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "jssync_bench_floor"
+
+        def schema(self) -> str:
+            return "subject string, data binary, headers map<string,array<string>>, stream string, seq bigint, timestamp timestamp"
+
+        def reader(self, schema: Any) -> Any:
+            return _Reader(self.options.get("arrow") == "true")
+
+    return FloorSource
 
 
 def warm_worker(rows: Any) -> None:
@@ -294,6 +356,18 @@ class Bench:
                 res = self.read(spark, a.rows)
                 self.results.setdefault("read", []).append(res)
                 self.log(f"run {r + 1}/{a.runs} read     {a.rows:>9,} rows  {res['total_s']:7.2f} s  {res['rows_per_s']:>10,.0f} rows/s")
+        if "read" in self.results:
+            parts = self.results["read"][0]["partitions"]
+            spark.dataSource.register(floor_source(self.read_stream or "S", "benchspark.floor", self.tag, a.rows, parts, a.size))
+            for r in range(a.runs):
+                for what, arrow in ((READ_FLOOR, "false"), (READ_FLOOR_ARROW, "true")):
+                    t0 = pc()
+                    count = spark.read.format("jssync_bench_floor").option("arrow", arrow).load().count()
+                    total = pc() - t0
+                    if count != a.rows:
+                        raise RuntimeError(f"{what}: count() = {count}, expected {a.rows}")
+                    self.results.setdefault(what, []).append({"rows": a.rows, "total_s": total, "rows_per_s": a.rows / total})
+                    self.log(f"run {r + 1}/{a.runs} {what:<8} {a.rows:>9,} rows  {total:7.2f} s  {a.rows / total:>10,.0f} rows/s")
         if self.read_stream is not None:
             self.ajs.delete_stream(self.read_stream)
         df.unpersist()
@@ -320,6 +394,19 @@ def ratios(summary: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+FLOOR_TARGETS = (("jssync", FLOOR, 0.6), ("jssync-ds", FLOOR, 0.6), ("read", READ_FLOOR, 0.8), ("read", READ_FLOOR_ARROW, None))
+"""(what, floor, target): the Spark ratios of the performance issue (None: shown, no target)."""
+
+
+def floor_ratios(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for what, vs, target in FLOOR_TARGETS:
+        if what in summary and vs in summary:
+            ratio = summary[what]["rows_per_s"]["median"] / summary[vs]["rows_per_s"]["median"]
+            out.append({"what": what, "vs": vs, "ratio": ratio, "target": target, "met": target is None or ratio >= target})
+    return out
+
+
 def render(facts: dict[str, Any], args: argparse.Namespace, summary: dict[str, Any]) -> str:
     lines = ["", "jssync Spark benchmark (issue 5)", ""]
     for k in ("cpu_model", "cpus_usable", "python", "nats_server", "jssync", "nats_py", "pyspark", "server", "loadavg_start", "loadavg_end", "wall_s"):
@@ -332,8 +419,8 @@ def render(facts: dict[str, Any], args: argparse.Namespace, summary: dict[str, A
         "",
         f"  {'what':<10} {'rows':>10} {'rows/s':>34} {'s (median)':>11}",
     ]
-    labels = {FLOOR: "Spark alone: iterate the rows, no publish", "jssync": "jssync publish_partition", "naive": "naive sync js.publish per row", "nats-py": "nats-py publish_async, same msg ids as ours", "nats-py-bare": "nats-py publish_async, no msg ids (at least once)", "jssync-ds": "df.write.format('jetstream') (Arrow batches)", "read": "read.format('jetstream').count()"}
-    for what in (FLOOR, *WRITERS, "read"):
+    labels = {FLOOR: "Spark alone: iterate the rows, no publish", "jssync": "jssync publish_partition", "naive": "naive sync js.publish per row", "nats-py": "nats-py publish_async, same msg ids as ours", "nats-py-bare": "nats-py publish_async, no msg ids (at least once)", "jssync-ds": "df.write.format('jetstream') (Arrow batches)", "read": "read.format('jetstream').count()", READ_FLOOR: "Spark alone: a Python source yielding the same rows, tuples", READ_FLOOR_ARROW: "the same, as Arrow batches"}
+    for what in (FLOOR, *WRITERS, "read", READ_FLOOR, READ_FLOOR_ARROW):
         s = summary.get(what)
         if s is None:
             continue
@@ -344,6 +431,9 @@ def render(facts: dict[str, Any], args: argparse.Namespace, summary: dict[str, A
     lines.append("")
     for r in ratios(summary):
         lines.append(f"  jssync / {r['vs']:<8} {r['ratio']:6.2f}x   target >= {r['target']:.0f}x: {'MET' if r['met'] else 'NOT MET'}")
+    for r in floor_ratios(summary):
+        target = f"target >= {r['target']:.1f}: {'MET' if r['met'] else 'NOT MET'}" if r["target"] else "(no target)"
+        lines.append(f"  {r['what']:<9} / {r['vs']:<16} {r['ratio']:5.2f}   {target}")
     return "\n".join(lines)
 
 
@@ -403,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
                 "facts": facts,
                 "summary": summary,
                 "ratios": ratios(summary),
+                "floor_ratios": floor_ratios(summary),
                 "runs": bench.results,
             }
             Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")

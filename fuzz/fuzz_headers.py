@@ -8,7 +8,8 @@ other clients send, and the parser takes as it is) is refused by the encoder wit
 ``BadHeaderError``, and only then; a re-encoded block ends in exactly one blank line, and
 parsing it gives the same headers (the status line is not part of ``Headers`` and is not
 re-encoded). A block the parser recognised as a direct get reply in the server's layout
-(``Headers._direct_fields``) holds exactly the server's headers, each once and in order, and the
+(``Headers._direct_layout``) holds the message's own headers (none of them named like one of the
+server's) and then exactly the server's headers, each once and in order; the own lines and the
 values kept for the direct get's reader are the ones the pairs hold.
 
 The same bytes are also framed as an ``HMSG`` and run through the wire invariant of
@@ -31,7 +32,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from fuzz.fuzz_wire import check_wire
 from fuzz._runner import run
 from jscore.errors import BadHeaderError, RemoteProtocolError
-from jscore.headers import Headers, encode_headers, parse_header_block
+from jscore.headers import Headers, encode_headers, headers_of_lines, parse_header_block
 
 __all__ = ["check_headers", "hmsg_frame", "one_input"]
 
@@ -51,11 +52,17 @@ def check_headers(block: bytes) -> tuple[Headers, int | None, str | None] | None
     except RemoteProtocolError:
         return None
     assert isinstance(headers, Headers)
-    fields = headers._direct_fields()  # (before anything splits the block)
-    if fields is not None:
+    layout = headers._direct_layout()  # (before anything splits the block)
+    if layout is not None:
+        own_lines, fields = layout[0], layout[1:]
+        assert own_lines is not None
+        own = headers_of_lines(own_lines).items()
         pairs = headers.items()
-        assert [k for k, _ in pairs] == [k for k, v in zip(_DIRECT_KEYS, fields) if v is not None], pairs
-        assert [v for _, v in pairs] == [v for v in fields if v is not None], (pairs, fields)
+        assert pairs[: len(own)] == own, (pairs, own)
+        assert not {k.lower() for k, _ in own} & {k.lower() for k in _DIRECT_KEYS}, own
+        server = pairs[len(own) :]
+        assert [k for k, _ in server] == [k for k, v in zip(_DIRECT_KEYS, fields) if v is not None], pairs
+        assert [v for _, v in server] == [v for v in fields if v is not None], (pairs, fields)
     if status is not None:
         assert 0 <= status <= 999, status
     else:

@@ -46,22 +46,28 @@ _COMMON_BLOCK: Final = re.compile(
     r"NATS/1\.0\r\n(?:" + _TOKEN_RE + "+:" + _VALUE_CHAR_RE + r"*+(?<![ \t])\r\n)*+\r\n"
 )
 _COMMON_LINE: Final = re.compile("(" + _TOKEN_RE + r"):[ \t]*(" + _VALUE_CHAR_RE + r"*)\r\n")
-# The block of a direct get reply as nats-server writes it (its headers only, in this order, one
-# space after each colon, values of printable ASCII; a batch's cursor headers after them),
-# recognised and read in the one match that also checks it: every line it accepts is a line of
-# the common block (a literal token key, a value with no white space or control character), so
-# it replaces that check. Its groups, the values, are kept for the direct get's reader
-# (:meth:`Headers._direct_fields`). Any other block (a subject outside ASCII, other spacing, the
-# message's own headers) is checked by the common expression and read pair by pair.
-_DIRECT_START: Final = "NATS/1.0\r\nNats-Stream: "
+# The block of a direct get reply as nats-server writes it (the message's own headers, if any,
+# then the server's, in this order, one space after each colon, values of printable ASCII; a
+# batch's cursor headers after them), recognised and read in the one match that also checks it.
+# The own lines are lines of the common block whose key is none of the server's (in any case);
+# every server line it accepts is one too (a literal token key, a value with no white space or
+# control character), so the match replaces that check. Its groups are kept for the direct
+# get's reader (:meth:`Headers._direct_layout`): the own lines' text, then the server's values.
+# Any other block (a subject outside ASCII, other spacing) is checked by the common expression
+# and read pair by pair, so the result is always the general parser's.
+_DIRECT_MARK: Final = "\r\nNats-Stream: "
 _DIRECT_VALUE: Final = r": ([!-~]++)\r\n"
+_DIRECT_OWN: Final = (
+    r"((?:(?!(?i:nats-(?:stream|subject|sequence|time-stamp|num-pending|last-sequence|upto-sequence)):)"
+    + _TOKEN_RE + ":" + _VALUE_CHAR_RE + r"*+(?<![ \t])\r\n)*+)"
+)
 # (the time stamp in the form nats-server 2.10+ writes, RFC 3339 in UTC with 1 to 9 fractional
 # digits: its reader then checks only that the date exists, see jscore.times.parse_server_stamp)
 _DIRECT_STAMP: Final = r": ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{1,9}Z)\r\n"
 _DIRECT_LAYOUT: Final = re.compile(
-    r"NATS/1\.0\r\nNats-Stream" + _DIRECT_VALUE + "Nats-Subject" + _DIRECT_VALUE + "Nats-Sequence" + _DIRECT_VALUE
-    + "Nats-Time-Stamp" + _DIRECT_STAMP + "(?:Nats-Num-Pending" + _DIRECT_VALUE + ")?(?:Nats-Last-Sequence"
-    + _DIRECT_VALUE + ")?(?:Nats-UpTo-Sequence" + _DIRECT_VALUE + r")?\r\n"
+    r"NATS/1\.0\r\n" + _DIRECT_OWN + "Nats-Stream" + _DIRECT_VALUE + "Nats-Subject" + _DIRECT_VALUE + "Nats-Sequence"
+    + _DIRECT_VALUE + "Nats-Time-Stamp" + _DIRECT_STAMP + "(?:Nats-Num-Pending" + _DIRECT_VALUE
+    + ")?(?:Nats-Last-Sequence" + _DIRECT_VALUE + ")?(?:Nats-UpTo-Sequence" + _DIRECT_VALUE + r")?\r\n"
 )  # fmt: skip
 _FIRST_LINE: Final = len(b"NATS/1.0\r\n")
 
@@ -105,14 +111,20 @@ class Headers:
         None. For readers of a well-known server layout (:mod:`jscore.jsapi`)."""
         return self._block
 
-    def _direct_fields(self) -> tuple[str | None, ...] | None:
-        """The values of ``Nats-Stream``, ``Nats-Subject``, ``Nats-Sequence``,
-        ``Nats-Time-Stamp``, ``Nats-Num-Pending``, ``Nats-Last-Sequence`` and
-        ``Nats-UpTo-Sequence`` (None where absent) when the parser recognised the block as a
-        direct get reply in nats-server's layout and it was not split or changed since; else
-        None (read the pairs). The time stamp is then in the form
-        :func:`jscore.times.parse_server_stamp` reads."""
+    def _direct_layout(self) -> tuple[str | None, ...] | None:
+        """When the parser recognised the block as a direct get reply in nats-server's layout
+        and it was not split or changed since: the text of the message's own header lines
+        (``""`` when it had none; each line ``Key: Value\\r\\n`` of the common form, see
+        :func:`headers_of_lines`), then the values of ``Nats-Stream``, ``Nats-Subject``,
+        ``Nats-Sequence``, ``Nats-Time-Stamp``, ``Nats-Num-Pending``, ``Nats-Last-Sequence``
+        and ``Nats-UpTo-Sequence`` (None where absent). Else None (read the pairs). The time
+        stamp is then in the form :func:`jscore.times.parse_server_stamp` reads."""
         return self._layout if self._block is not None else None
+
+    def _direct_fields(self) -> tuple[str | None, ...] | None:
+        """The server's values of :meth:`_direct_layout` (without the own lines), or None."""
+        layout = self._layout if self._block is not None else None
+        return None if layout is None else layout[1:]
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -296,7 +308,7 @@ def parse_header_block(block: bytes) -> tuple[Headers, int | None, str | None]:
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError("header block is not valid UTF-8") from exc
     layout = None
-    if text.startswith(_DIRECT_START):
+    if _DIRECT_MARK in text:
         m = _DIRECT_LAYOUT.fullmatch(text)
         if m is not None:
             layout = m.groups()
@@ -307,6 +319,16 @@ def parse_header_block(block: bytes) -> tuple[Headers, int | None, str | None]:
         headers._layout = layout
         return headers, None, None
     return _parse_general(text[:-4])
+
+
+def headers_of_lines(lines: str) -> Headers:
+    """The headers of header lines the parser checked (each ``Key: Value\\r\\n`` of its
+    common form: the own lines of :meth:`Headers._direct_layout`), split on first use."""
+    headers = _new_headers(Headers)
+    headers._pairs = []
+    headers._block = "NATS/1.0\r\n" + lines + "\r\n"
+    headers._layout = None
+    return headers
 
 
 def _parse_general(text: str) -> tuple[Headers, int | None, str | None]:

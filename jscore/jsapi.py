@@ -29,7 +29,7 @@ from .errors import (
     JetStreamError,
     RemoteProtocolError,
 )
-from .headers import Headers, parse_header_block
+from .headers import Headers, headers_of_lines, parse_header_block
 from .models import (
     AckPolicy,
     ConsumerConfig,
@@ -620,9 +620,12 @@ def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredM
     if headers is None:
         raise JetStreamError("invalid direct get reply: no headers")
     own: list[tuple[str, str]] = []
-    fields = headers._direct_fields()  # (the server's layout, read when the block was checked)
-    if fields is not None:
-        stream, subject, seq_text, stamp, pending, last, up_to = fields
+    own_headers: Headers | None = None
+    layout = headers._direct_layout()  # (the server's layout, read when the block was checked)
+    if layout is not None:
+        own_lines, stream, subject, seq_text, stamp, pending, last, up_to = layout
+        if own_lines:
+            own_headers = headers_of_lines(own_lines)  # (split when the caller reads them)
         read_time = _times.parse_server_stamp  # (the stamp's form was checked with the layout)
     else:
         server: dict[str, str] = {}
@@ -636,6 +639,8 @@ def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredM
                     continue
             if key not in server:
                 server[key] = item[1]
+        if own:
+            own_headers = Headers(own)
         stream = server.get("nats-stream")
         subject = server.get("nats-subject")
         seq_text = server.get("nats-sequence")
@@ -652,7 +657,5 @@ def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredM
         time = read_time(stamp)
     except (ValueError, OverflowError) as exc:
         raise _time_error(stamp, exc) from None
-    msg = StoredMsg(
-        subject=subject, seq=int(seq_text), data=data, headers=Headers(own) if own else None, time=time, stream=stream
-    )
+    msg = StoredMsg(subject=subject, seq=int(seq_text), data=data, headers=own_headers, time=time, stream=stream)
     return msg, (pending, last, up_to)

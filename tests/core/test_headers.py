@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterator
 
 import pytest
@@ -9,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jscore.errors import BadHeaderError, RemoteProtocolError
-from jscore.headers import Headers, HeadersInput, encode_headers, parse_header_block
+from jscore.headers import Headers, HeadersInput, encode_headers, headers_of_lines, parse_header_block
 
 SETTINGS = settings(max_examples=200, deadline=None)
 
@@ -367,33 +369,76 @@ _SERVER_KEYS = ["Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp
                 "Nats-Last-Sequence", "Nats-UpTo-Sequence"]  # fmt: skip
 
 
-@settings(max_examples=1500, deadline=None)
+# A message's own header lines: common ones, ones named like the server's (in other cases),
+# and malformed ones.
+_own_lines = st.builds(
+    "{}:{}\r\n".format,
+    st.sampled_from(["Nats-Msg-Id", "KV-Operation", "a", "nats-stream", "NATS-SEQUENCE", "Nats-Stream-X", "a b", ""]),
+    st.lists(_value_chars, max_size=5).map("".join),
+)
+
+
+@settings(max_examples=2000, deadline=None)
 @given(
     st.integers(4, 7),
     st.lists(st.tuples(st.integers(0, 6), st.lists(_value_chars, max_size=5).map("".join)), max_size=3),
+    st.lists(_own_lines, max_size=3),
 )
-def test_direct_reply_layout_agrees_with_the_general_parser(count: int, changes: list[tuple[int, str]]) -> None:
-    """A direct get reply in the server's layout is recognised by one match that also checks
-    it: the block is accepted or refused and read exactly as the general parser reads it, and
-    the values kept for the direct get's reader are the general parser's."""
+def test_direct_reply_layout_agrees_with_the_general_parser(
+    count: int, changes: list[tuple[int, str]], own: list[str]
+) -> None:
+    """A direct get reply in the server's layout (after the message's own headers, if any) is
+    recognised by one match that also checks it: the block is accepted or refused and read
+    exactly as the general parser reads it, and the own lines and the values kept for the
+    direct get's reader are the general parser's."""
     values = ["KV_b", "$KV.b.k", "42", "2026-11-25T03:08:22.42418774Z", "7", "41", "99"][:count]
     for i, value in changes:
         if i < count:
             values[i] = value
-    block = ("NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in zip(_SERVER_KEYS, values)) + "\r\n").encode()
+    server = "".join(f"{k}: {v}\r\n" for k, v in zip(_SERVER_KEYS, values))
+    block = ("NATS/1.0\r\n" + "".join(own) + server + "\r\n").encode()
     assert _parsed(block) == _general(block)
     try:
         headers, _, _ = parse_header_block(block)
     except RemoteProtocolError:
         return
-    fields = headers._direct_fields()
-    read = dict(_general(block)[0])  # type: ignore[arg-type]
-    if fields is not None:
-        assert list(fields) == [read.get(k) for k in _SERVER_KEYS]
-    if not changes:
-        assert fields is not None, "the server's own layout is recognised"
+    layout = headers._direct_layout()
+    pairs = list(_general(block)[0])  # type: ignore[arg-type]
+    server_keys = {k.lower() for k in _SERVER_KEYS}
+    if layout is not None:
+        first: dict[str, str] = {}
+        for k, v in pairs:
+            first.setdefault(k.lower(), v)
+        assert list(layout[1:]) == [first.get(k.lower()) for k in _SERVER_KEYS]
+        assert layout[0] is not None
+        assert headers_of_lines(layout[0]).items() == [p for p in pairs if p[0].lower() not in server_keys]
+        assert headers._direct_fields() == layout[1:]
+    plain = [
+        line.startswith(("Nats-Msg-Id:", "KV-Operation:", "a:", "Nats-Stream-X:"))
+        and re.fullmatch(r"[^:]+:[^\r\n]*(?<![ \t])\r\n", line) is not None
+        for line in own
+    ]
+    if not changes and all(plain):
+        assert layout is not None, "the server's own layout is recognised"
     headers.items()  # split: no longer the checked block
-    assert headers._direct_fields() is None
+    assert headers._direct_layout() is None and headers._direct_fields() is None
+
+
+def test_direct_reply_layout_with_the_messages_own_headers() -> None:
+    block = (
+        b"NATS/1.0\r\nNats-Msg-Id: run-0-4\r\nKV-Operation: DEL\r\nNats-Stream: PR\r\nNats-Subject: pr.x\r\n"
+        b"Nats-Sequence: 5\r\nNats-Time-Stamp: 2026-11-28T11:15:52.794341572Z\r\nNats-Num-Pending: 3\r\n"
+        b"Nats-Last-Sequence: 0\r\n\r\n"
+    )
+    headers, status, _ = parse_header_block(block)
+    assert status is None
+    assert headers._direct_layout() == (
+        "Nats-Msg-Id: run-0-4\r\nKV-Operation: DEL\r\n", "PR", "pr.x", "5", "2026-11-28T11:15:52.794341572Z", "3", "0", None
+    )
+    assert headers_of_lines("Nats-Msg-Id: run-0-4\r\n").items() == [("Nats-Msg-Id", "run-0-4")]
+    # A server header's name among the message's own (here in other letters) is read the general way.
+    odd, _, _ = parse_header_block(block.replace(b"KV-Operation", b"nats-sequence"))
+    assert odd._direct_layout() is None and odd.get_all("Nats-Sequence") == ["DEL", "5"]
 
 
 _kv_lines = st.builds(

@@ -607,6 +607,17 @@ def test_direct_reply_fast_read_of_the_servers_layout() -> None:
     assert cursor == ("7", "41", "99")
 
 
+def test_direct_reply_with_the_messages_own_headers_is_read_in_one_match() -> None:
+    block = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in _SERVER_LINES)
+    headers, _, _ = parse_header_block(b"NATS/1.0\r\nNats-Msg-Id: w-1-7\r\nA:b\r\n" + block + b"\r\n")
+    assert headers._direct_layout() is not None, "recognised by the parser's check"
+    msg, cursor = jsapi.stored_msg_and_cursor(headers, b"x")
+    assert (msg.stream, msg.subject, msg.seq, msg.data, cursor) == ("KV_b", "$KV.b.k", 42, b"x", ("7", "41", "99"))
+    assert msg.headers is not None and msg.headers._unsplit() is not None, "the own headers are split on first use"
+    assert msg.headers.items() == [("Nats-Msg-Id", "w-1-7"), ("A", "b")]
+    assert msg.headers == Headers([("Nats-Msg-Id", "w-1-7"), ("A", "b")])
+
+
 @pytest.mark.parametrize("stamp", ["2026-13-25T03:08:22.1Z", "2026-02-30T00:00:00.5Z", "2026-11-25T24:00:00.5Z"])
 def test_a_date_that_does_not_exist_in_the_servers_layout_is_refused(stamp: str) -> None:
     lines = [(k, stamp if k == "Nats-Time-Stamp" else v) for k, v in _SERVER_LINES]
