@@ -57,6 +57,8 @@ for _p in (str(ROOT), str(HERE)):
 import bench_core as core  # noqa: E402  (machine facts, process CPU)
 import bench_js  # noqa: E402  (SIGTERM handler)
 
+import msgspec  # noqa: E402
+
 import jssync  # noqa: E402
 
 pc = time.perf_counter
@@ -64,6 +66,7 @@ pc = time.perf_counter
 TARGETS = {"naive": 5.0, "nats-py": 2.0}  # jssync rows/s >= this x the writer's (issue 5)
 WRITERS = ("jssync", "naive", "nats-py", "nats-py-bare", "jssync-ds")
 FLOOR = "floor"  # Spark alone: foreachPartition iterating the rows, no publish (not in the ratios)
+READ_DIRECT = "read-direct"  # the batch read of a stream with allow_direct
 READ_FLOOR = "floor-read"  # Spark alone: a Python source yielding the read's rows from memory, as tuples
 READ_FLOOR_ARROW = "floor-read-arrow"  # the same rows as Arrow record batches
 
@@ -352,10 +355,16 @@ class Bench:
                 self.results.setdefault(w, []).append(res)
                 self.log(f"run {r + 1}/{a.runs} {w:<8} {n:>9,} rows  {res['total_s']:7.2f} s  {res['rows_per_s']:>10,.0f} rows/s")
         if "jssync" in a.writers and not a.no_read:
-            for r in range(a.runs):
-                res = self.read(spark, a.rows)
-                self.results.setdefault("read", []).append(res)
-                self.log(f"run {r + 1}/{a.runs} read     {a.rows:>9,} rows  {res['total_s']:7.2f} s  {res['rows_per_s']:>10,.0f} rows/s")
+            # The stream as written (no allow_direct: the tasks read with ordered consumers),
+            # then with allow_direct (batched direct gets).
+            for what, direct in (("read", False), (READ_DIRECT, True)):
+                if direct:
+                    cfg = self.ajs.stream_info(self.read_stream).config
+                    self.ajs.update_stream(msgspec.structs.replace(cfg, allow_direct=True))
+                for r in range(a.runs):
+                    res = self.read(spark, a.rows)
+                    self.results.setdefault(what, []).append(res)
+                    self.log(f"run {r + 1}/{a.runs} {what:<8} {a.rows:>9,} rows  {res['total_s']:7.2f} s  {res['rows_per_s']:>10,.0f} rows/s")
         if "read" in self.results:
             parts = self.results["read"][0]["partitions"]
             spark.dataSource.register(floor_source(self.read_stream or "S", "benchspark.floor", self.tag, a.rows, parts, a.size))
@@ -394,7 +403,14 @@ def ratios(summary: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-FLOOR_TARGETS = (("jssync", FLOOR, 0.6), ("jssync-ds", FLOOR, 0.6), ("read", READ_FLOOR, 0.8), ("read", READ_FLOOR_ARROW, None))
+FLOOR_TARGETS = (
+    ("jssync", FLOOR, 0.6),
+    ("jssync-ds", FLOOR, 0.6),
+    ("read", READ_FLOOR, 0.8),
+    (READ_DIRECT, READ_FLOOR, 0.8),
+    ("read", READ_FLOOR_ARROW, None),
+    (READ_DIRECT, READ_FLOOR_ARROW, None),
+)
 """(what, floor, target): the Spark ratios of the performance issue (None: shown, no target)."""
 
 
@@ -419,8 +435,8 @@ def render(facts: dict[str, Any], args: argparse.Namespace, summary: dict[str, A
         "",
         f"  {'what':<10} {'rows':>10} {'rows/s':>34} {'s (median)':>11}",
     ]
-    labels = {FLOOR: "Spark alone: iterate the rows, no publish", "jssync": "jssync publish_partition", "naive": "naive sync js.publish per row", "nats-py": "nats-py publish_async, same msg ids as ours", "nats-py-bare": "nats-py publish_async, no msg ids (at least once)", "jssync-ds": "df.write.format('jetstream') (Arrow batches)", "read": "read.format('jetstream').count()", READ_FLOOR: "Spark alone: a Python source yielding the same rows, tuples", READ_FLOOR_ARROW: "the same, as Arrow batches"}
-    for what in (FLOOR, *WRITERS, "read", READ_FLOOR, READ_FLOOR_ARROW):
+    labels = {FLOOR: "Spark alone: iterate the rows, no publish", "jssync": "jssync publish_partition", "naive": "naive sync js.publish per row", "nats-py": "nats-py publish_async, same msg ids as ours", "nats-py-bare": "nats-py publish_async, no msg ids (at least once)", "jssync-ds": "df.write.format('jetstream') (Arrow batches)", "read": "read.format('jetstream').count()", READ_DIRECT: "the same, the stream with allow_direct", READ_FLOOR: "Spark alone: a Python source yielding the same rows, tuples", READ_FLOOR_ARROW: "the same, as Arrow batches"}
+    for what in (FLOOR, *WRITERS, "read", READ_DIRECT, READ_FLOOR, READ_FLOOR_ARROW):
         s = summary.get(what)
         if s is None:
             continue

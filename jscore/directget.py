@@ -88,6 +88,7 @@ __all__ = [
     "DirectGetFinished",
     "DirectGetEvent",
     "DirectGetBatch",
+    "DirectRange",
 ]
 
 MAX_MULTI_LAST_SUBJECTS: Final = 1024
@@ -631,3 +632,62 @@ class DirectGetBatch:
         self._deadline = None
         self._run = None
         self._events.append(DirectGetFinished(error, reason))
+
+
+# =========================================================================== a range of sequences
+
+
+class DirectRange:
+    """Reading every stored message with a sequence in ``[start, end]`` (of one filter subject,
+    if any) by batched direct gets, as a bulk reader does: which batch to ask for next, which
+    replies to take, and when to stop trusting direct gets for the rest of the range.
+
+    Direct gets may be answered by any server holding the stream (a replica) or by a mirror
+    with ``mirror_direct``, and a replica may be behind the leader. So the plan takes replies
+    only from the stream itself, in increasing sequence order, and it hands the rest of the
+    range to the leader (:attr:`fallback`: read it with an ordered consumer) when a batch comes
+    back empty, or says nothing is left, before the end: the leader then decides whether the
+    end of the range was deleted or the responder was behind. Reading the range again from
+    :attr:`cursor` + 1 loses nothing and repeats nothing."""
+
+    __slots__ = ("stream", "cursor", "end", "batch", "fallback", "done")
+
+    def __init__(self, stream: str, start: int, end: int, batch: int) -> None:
+        _positive("batch", batch, _MAX_COUNT)
+        _check_seq(max(1, start))
+        self.stream = stream
+        self.cursor = max(1, start) - 1  # the last sequence taken
+        self.end = end
+        self.batch = batch
+        self.fallback = False
+        self.done = self.cursor >= end
+
+    def request(self) -> tuple[int, int] | None:
+        """``(seq, count)`` of the next batch to ask for; None when the plan is over (see
+        :attr:`done` and :attr:`fallback`)."""
+        if self.done or self.fallback:
+            return None
+        return self.cursor + 1, min(self.batch, self.end - self.cursor)
+
+    def take(self, stream: str, seq: int) -> bool:
+        """A reply of the current batch: True to take it (the cursor moves on); False to stop
+        reading this batch, the plan having ended (past the end) or fallen back (a reply from
+        another stream, or out of order)."""
+        if stream != self.stream or seq <= self.cursor:
+            self.fallback = True
+            return False
+        if seq > self.end:
+            self.done = True
+            return False
+        self.cursor = seq
+        if seq == self.end:
+            self.done = True
+        return True
+
+    def batch_ended(self, taken: int, num_pending: int | None) -> None:
+        """The current batch ended (its EOB) after ``taken`` replies, with the server's count of
+        matching messages left."""
+        if self.done or self.fallback:
+            return
+        if taken == 0 or num_pending == 0:
+            self.fallback = True

@@ -75,12 +75,15 @@ class _Op:
     queue the machine's events go to. The sink runs under the client lock (usually on the I/O
     thread) and only queues."""
 
-    def __init__(self, oc: OrderedConsumer, options: P.FetchOptions | P.ConsumeOptions) -> None:
+    def __init__(self, oc: OrderedConsumer, options: P.FetchOptions | P.ConsumeOptions, collect: bool = False) -> None:
         js = oc._js
         self._oc = oc
         self._shell = shell = shell_of(js.client)
         self._client = js.client
         self.q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # A fetch's messages are gathered here, not queued one by one: the caller is woken once,
+        # by the end, instead of once per message.
+        self.out: list[JsMsg] | None = [] if collect else None
         self.done = False
         self.kind: OrderedEnd | None = None
         self.error: BaseException | None = None
@@ -104,7 +107,11 @@ class _Op:
         if cls is OrderedMessageDelivered:
             msg = JsMsg._from_event(e.msg, self._client)
             msg._meta = e.metadata  # (checked by the machine: no second parse)
-            self.q.put(msg)
+            out = self.out
+            if out is not None:
+                out.append(msg)
+            else:
+                self.q.put(msg)
         elif cls is OrderedFinished:
             self._end(e.end, e.error)
         elif cls is MachineFailed:
@@ -187,10 +194,10 @@ class OrderedConsumer:
         if not self._busy.acquire(blocking=False):
             raise InvalidOptionError("an ordered consumer runs one fetch, consume or messages at a time")
 
-    def _start(self, options: P.FetchOptions | P.ConsumeOptions) -> _Op:
+    def _start(self, options: P.FetchOptions | P.ConsumeOptions, collect: bool = False) -> _Op:
         self._acquire()
         try:
-            return _Op(self, options)
+            return _Op(self, options, collect)
         except BaseException:
             self._busy.release()
             raise
@@ -214,12 +221,11 @@ class OrderedConsumer:
         opts = P.resolve_fetch_options(
             max_messages=max_messages, max_bytes=max_bytes, expires=expires, heartbeat=heartbeat, no_wait=no_wait
         )
-        op = self._start(opts)
+        op = self._start(opts, collect=True)
         try:
             deadline = op.machine.deadline
             assert deadline is not None
             deadline += _GUARD
-            out: list[JsMsg] = []
             q = op.q
             while True:
                 try:
@@ -227,13 +233,13 @@ class OrderedConsumer:
                 except queue.Empty:
                     op.stop()
                     raise TimeoutError("the ordered fetch did not end by its deadline") from None
-                if item.__class__ is JsMsg:
-                    out.append(item)
-                elif item.__class__ is _End:
+                if item.__class__ is _End:
                     break
                 # (notifications: a fetch has no on_event)
         finally:
             op.release()
+        out = op.out
+        assert out is not None
         kind = item.kind
         if out or kind is OrderedEnd.DONE or kind is OrderedEnd.STOPPED:
             return out

@@ -61,7 +61,10 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
         "pip install -e '.[spark]' (in the jssync checkout)"
     ) from _exc
 
+from jscore import directget as DG
 from jscore.errors import InvalidOptionError, JetStreamError, MsgNotFoundError, NatsError, NoMessagesError
+from jscore.headers import Headers
+from jssync.stream import Stream
 
 from ._cache import discard_client, get_jetstream, lease
 from ._config import NatsConfig, WriteOptions, option_lookup
@@ -135,6 +138,7 @@ __all__ = [
     "DataLossError",
     "split_range",
     "iter_range",
+    "iter_range_records",
     "read_range",
     "streaming_write_id",
     "HAS_ADMISSION_CONTROL",
@@ -153,6 +157,12 @@ DEFAULT_RECORDS_PER_PARTITION: Final = 100_000
 asks for more partitions."""
 
 DEFAULT_FETCH_BATCH: Final = 1000
+"""Messages per no-wait pull of a read task's ordered consumer."""
+DIRECT_BATCH: Final = 10_000
+"""Messages per batched direct get of a read task (a stream with ``allow_direct`` read whole or
+by one filter subject), unless ``fetchBatchSize`` says otherwise; each also stops at about
+:data:`DIRECT_MAX_BYTES`."""
+DIRECT_MAX_BYTES: Final = 8 * 1024 * 1024
 _MAX_EMPTY_RETRIES: Final = 50
 _INFO_TIMEOUT: Final = 10.0
 
@@ -268,7 +278,7 @@ class ReadOptions:
     max_records_per_partition: int | None = None
     max_records_per_trigger: int | None = None
     fail_on_data_loss: bool = True
-    fetch_batch: int = DEFAULT_FETCH_BATCH
+    fetch_batch: int | None = None
     partition_by: str = "sequence"
     include_headers: bool = True
     value_format: ValueFormat = "binary"
@@ -376,7 +386,7 @@ class ReadOptions:
             max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
             max_records_per_trigger=max_per_trigger if streaming else None,
             fail_on_data_loss=_bool_opt(opts, "failOnDataLoss", True),
-            fetch_batch=_positive_int(opts, "fetchBatchSize") or DEFAULT_FETCH_BATCH,
+            fetch_batch=_positive_int(opts, "fetchBatchSize"),
             partition_by=partition_by,
             include_headers=_bool_opt(opts, "includeHeaders", True),
             value_format=value_format,  # type: ignore[arg-type]
@@ -615,8 +625,7 @@ def _loss_message(stream: str, start: int, first: int) -> str:
     )
 
 
-def _headers_dict(msg: JsMsg) -> dict[str, list[str]] | None:
-    headers = msg.headers
+def _headers_dict(headers: Headers | None) -> dict[str, list[str]] | None:
     if not headers:
         return None
     out: dict[str, list[str]] = {}
@@ -675,9 +684,8 @@ def read_range(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterat
     """The rows of one partition: every stored message of the filter with a sequence in
     ``[part.start, part.end]``, as tuples of :data:`SCHEMA` (see :func:`iter_range`)."""
     stream = ropts.stream
-    for msg in _range_msgs(config, ropts, part):
-        meta = msg.metadata
-        yield (msg.subject, msg.data, _headers_dict(msg), stream, meta.sequence.stream, meta.timestamp)
+    for subject, data, headers, seq, time in _range_records(config, ropts, part):
+        yield (subject, data, _headers_dict(headers), stream, seq, time)
 
 
 ARROW_BATCH_ROWS: Final = 4096
@@ -728,7 +736,7 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
     datas: list[bytes] = []
     headers: list[dict[str, list[str]] | None] = []
     seqs: list[int] = []
-    stamps: list[int] = []
+    stamps: list[datetime] = []
 
     def batch() -> Any:
         n = len(seqs)
@@ -744,13 +752,12 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
             col.clear()
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    for msg in _range_msgs(config, ropts, part):
-        meta = msg.metadata
-        subjects.append(msg.subject)
-        datas.append(msg.data)
-        headers.append(_headers_dict(msg))
-        seqs.append(meta.sequence.stream)
-        stamps.append(meta.timestamp_ns // 1000)  # microseconds, truncated like meta.timestamp
+    for subject, data, hdrs, seq, time in _range_records(config, ropts, part):
+        subjects.append(subject)
+        datas.append(data)
+        headers.append(_headers_dict(hdrs) if hdrs else None)
+        seqs.append(seq)
+        stamps.append(time)  # (Arrow truncates it to microseconds)
         if len(seqs) >= rows:
             yield batch()
     if seqs:
@@ -857,15 +864,14 @@ def read_range_decoded(config: NatsConfig, ropts: ReadOptions, part: SeqRange, r
             c.clear()
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    for msg in _range_msgs(config, ropts, part):
-        meta = msg.metadata
+    for subject, data, headers, seq, time in _range_records(config, ropts, part):
         if decoder is not None:
             try:
-                values = decoder.decode(msg.data)
+                values = decoder.decode(data)
             except _Bad as exc:
                 raise MalformedRecordError(
-                    f"jetstream[{stream}]: malformed payload at sequence {meta.sequence.stream} (subject "
-                    f"{msg.subject!r}): {exc}. mode=FAILFAST; mode=PERMISSIVE keeps it (null columns and the payload "
+                    f"jetstream[{stream}]: malformed payload at sequence {seq} (subject "
+                    f"{subject!r}): {exc}. mode=FAILFAST; mode=PERMISSIVE keeps it (null columns and the payload "
                     f"in {ropts.corrupt_column!r}), mode=DROPMALFORMED drops it"
                 ) from None
             if values is DROP:
@@ -875,17 +881,17 @@ def read_range_decoded(config: NatsConfig, ropts: ReadOptions, part: SeqRange, r
                 columns[i].append(v)
         for i, name in meta_at:
             if name == "subject":
-                columns[i].append(msg.subject)
+                columns[i].append(subject)
             elif name == "data":
-                columns[i].append(msg.data)
+                columns[i].append(data)
             elif name == "headers":
-                columns[i].append(_headers_dict(msg))
+                columns[i].append(_headers_dict(headers))
             elif name == "stream":
                 columns[i].append(stream)
             elif name == "seq":
-                columns[i].append(meta.sequence.stream)
+                columns[i].append(seq)
             else:
-                columns[i].append(meta.timestamp_ns // 1000)
+                columns[i].append(time)
         count += 1
         if count >= rows:
             count = 0
@@ -901,9 +907,49 @@ def read_partition(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> It
     return read_range_decoded(config, ropts, part)
 
 
-def _range_msgs(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterator[JsMsg]:
-    """The messages of one partition (see :func:`iter_range`), with the data-loss checks and the
-    cached client dropped when the connection broke."""
+Record = tuple[str, bytes, "Headers | None", int, datetime]  # (an alias: see the docstring)
+"""A message read by a task: subject, payload, its own headers, stream sequence, time stored."""
+
+
+def iter_range_records(
+    js: JetStream, stream: str, subjects: Sequence[str], start: int, end: int, batch: int | None = None
+) -> Generator[Record, None, None]:
+    """:func:`iter_range` as :data:`Record` tuples, read with batched direct gets
+    (:class:`jscore.directget.DirectRange`) when the stream has ``allow_direct`` and the filter
+    is at most one subject: no consumer on the server, one request per ``batch`` messages
+    (:data:`DIRECT_BATCH`). What direct gets cannot vouch for (a batch that ends before the
+    range does, a reply from a mirror) is read from the stream's leader with an ordered
+    consumer, from where the direct gets stopped."""
+    info = js.stream_info(stream, timeout=_INFO_TIMEOUT)
+    cursor = start
+    if info.config.allow_direct and len(subjects) <= 1:
+        plan = DG.DirectRange(stream, start, end, batch or DIRECT_BATCH)
+        handle = Stream(js, info)
+        subject = subjects[0] if subjects else None
+        while (ask := plan.request()) is not None:
+            seq, count = ask
+            with handle.direct_get_batch(
+                seq=seq, next_by_subject=subject, batch=count, max_bytes=DIRECT_MAX_BYTES, timeout=js.timeout
+            ) as it:
+                taken = 0
+                for m in it:
+                    if not plan.take(m.stream, m.seq):
+                        break
+                    taken += 1
+                    yield (m.subject, m.data, m.headers, m.seq, m.time)  # type: ignore[misc]
+                else:
+                    plan.batch_ended(taken, it.num_pending)
+        if not plan.fallback:
+            return
+        cursor = plan.cursor + 1
+    for msg in iter_range(js, stream, subjects, cursor, end, batch or DEFAULT_FETCH_BATCH):
+        meta = msg.metadata
+        yield (msg.subject, msg.data, msg.headers, meta.sequence.stream, meta.timestamp)
+
+
+def _range_records(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterator[Record]:
+    """The messages of one partition (see :func:`iter_range_records`), with the data-loss
+    checks and the cached client dropped when the connection broke."""
     stream = ropts.stream
     check = part.check_loss and ropts.fail_on_data_loss
     with lease(config) as client:
@@ -913,14 +959,12 @@ def _range_msgs(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Itera
             first_seen: int | None = None
             own: tuple[str, ...] | None = getattr(part, "subjects", None)
             subjects = own if own is not None else ropts.subjects
-            for msg in iter_range(js, stream, subjects, part.start, part.end, ropts.fetch_batch):
-                meta = msg.metadata
-                seq = meta.sequence.stream
+            for record in iter_range_records(js, stream, subjects, part.start, part.end, ropts.fetch_batch):
                 if first_seen is None:
-                    first_seen = seq
-                    if check and seq > part.start:
+                    first_seen = record[3]
+                    if check and first_seen > part.start:
                         _check_loss(js, stream, part.start)
-                yield msg
+                yield record
             if first_seen is None and check:
                 _check_loss(js, stream, part.start)
             failed = False

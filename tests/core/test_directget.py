@@ -713,3 +713,106 @@ def test_fuzz_harness_catches_delivery_after_the_end(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(DG.DirectGetBatch, "receive", leaky)
     with pytest.raises(AssertionError):
         fuzz_directget.one_input((FUZZ_CORPUS / "late_after_eob").read_bytes())
+
+
+# ---------------------------------------------------------------------------- DirectRange
+
+
+def _read(plan: DG.DirectRange, responder: Any) -> list[int]:
+    """Drive a plan against ``responder(seq, count) -> (replies, num_pending)``, replies as
+    ``(stream, seq)``; returns the sequences taken."""
+    taken: list[int] = []
+    while (ask := plan.request()) is not None:
+        replies, pending = responder(*ask)
+        got = 0
+        for stream, seq in replies:
+            if not plan.take(stream, seq):
+                break
+            got += 1
+            taken.append(seq)
+        else:
+            plan.batch_ended(got, pending)
+    return taken
+
+
+def _store(seqs: list[int], stream: str = "S") -> Any:
+    def responder(seq: int, count: int) -> tuple[list[tuple[str, int]], int]:
+        after = [s for s in seqs if s >= seq]
+        return [(stream, s) for s in after[:count]], len(after[count:])
+
+    return responder
+
+
+def test_range_is_read_in_batches_to_its_end() -> None:
+    asked: list[tuple[int, int]] = []
+    store = _store(list(range(1, 101)))
+
+    def responder(seq: int, count: int) -> Any:
+        asked.append((seq, count))
+        return store(seq, count)
+
+    plan = DG.DirectRange("S", 11, 60, 20)
+    assert _read(plan, responder) == list(range(11, 61))
+    assert asked == [(11, 20), (31, 20), (51, 10)]
+    assert plan.done and not plan.fallback and plan.cursor == 60
+
+
+def test_range_with_gaps_and_a_filter_stops_at_its_end() -> None:
+    plan = DG.DirectRange("S", 1, 50, 7)
+    assert _read(plan, _store([3, 9, 10, 30, 49, 51, 70])) == [3, 9, 10, 30, 49]
+    assert plan.done and not plan.fallback, "a reply past the end ends the plan"
+
+
+@pytest.mark.parametrize(
+    ("seqs", "why"),
+    [
+        ([1, 2, 3], "the responder has nothing after 3: a replica behind, or the end was deleted"),
+        ([], "an empty batch before the end"),
+    ],
+)
+def test_range_ending_early_falls_back_to_the_leader(seqs: list[int], why: str) -> None:
+    plan = DG.DirectRange("S", 1, 10, 100)
+    assert _read(plan, _store(seqs)) == seqs, why
+    assert plan.fallback and not plan.done and plan.cursor == (seqs[-1] if seqs else 0)
+    assert plan.request() is None
+
+
+def test_a_reply_from_another_stream_or_out_of_order_is_not_taken() -> None:
+    mirror = DG.DirectRange("S", 1, 10, 100)
+    assert _read(mirror, _store([1, 2], stream="MIRROR")) == []
+    assert mirror.fallback and mirror.cursor == 0, "a mirror's reply (mirror_direct) is not the stream's"
+
+    def backwards(seq: int, count: int) -> Any:
+        return [("S", 4), ("S", 5), ("S", 5)], 3
+
+    again = DG.DirectRange("S", 4, 10, 100)
+    assert _read(again, backwards) == [4, 5]
+    assert again.fallback and again.cursor == 5
+
+
+def test_range_that_is_empty_asks_nothing() -> None:
+    plan = DG.DirectRange("S", 5, 4, 10)
+    assert plan.request() is None and plan.done and not plan.fallback
+    with pytest.raises(errors.InvalidOptionError):
+        DG.DirectRange("S", 1, 10, 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(1, 60), unique=True).map(sorted),
+    st.integers(1, 40),
+    st.integers(0, 60),
+    st.integers(1, 9),
+    st.integers(0, 60),
+)
+def test_range_plus_the_fallback_reads_every_message_once(
+    seqs: list[int], start: int, end: int, batch: int, lag: int
+) -> None:
+    """Whatever the responder holds (a replica that has only the messages up to ``lag``), the
+    direct gets and then the leader from ``cursor + 1`` read every message of the range once,
+    in order."""
+    plan = DG.DirectRange("S", start, end, batch)
+    got = _read(plan, _store([s for s in seqs if s <= lag]))
+    if plan.fallback:
+        got += [s for s in seqs if plan.cursor < s <= end]
+    assert got == [s for s in seqs if start <= s <= end]

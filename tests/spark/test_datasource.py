@@ -235,9 +235,12 @@ def test_stream_reader_admission_control_and_available_now(nats_url: str, js: An
 # ====================================================================== batch read
 
 
-def test_batch_read_exact_rows_sequences_and_partitions(ds_spark: Any, nats_url: str, js: Any, names: Any) -> None:
+@pytest.mark.parametrize("allow_direct", [False, True], ids=["ordered-consumers", "direct-gets"])
+def test_batch_read_exact_rows_sequences_and_partitions(
+    ds_spark: Any, nats_url: str, js: Any, names: Any, allow_direct: bool
+) -> None:
     subj = names.subject
-    js.create_stream(name=names.stream, subjects=[f"{subj}.>"])
+    js.create_stream(name=names.stream, subjects=[f"{subj}.>"], allow_direct=allow_direct)
     for i in range(300):
         headers = {"k": ["v1", "v2"], "one": "x"} if i == 7 else None
         js.publish(f"{subj}.{'a' if i % 3 == 0 else 'b'}", f"m{i}".encode(), headers=headers)
@@ -278,6 +281,74 @@ def test_batch_read_exact_rows_sequences_and_partitions(ds_spark: Any, nats_url:
 
     # No server-side state left behind.
     assert list(js.stream(names.stream).consumer_names()) == []
+
+
+def _records(js: Any, stream: str, start: int, end: int, batch: int | None = None, subjects: tuple[str, ...] = ()) -> Any:
+    return [(seq, subject, data) for subject, data, _h, seq, _t in dsmod.iter_range_records(js, stream, subjects, start, end, batch)]
+
+
+def test_direct_read_of_a_range_and_when_it_asks_the_leader(
+    js: Any, names: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream with allow_direct is read with batched direct gets, no consumer; the leader
+    (an ordered consumer) reads only what the direct gets cannot vouch for: here the end of
+    the range, deleted."""
+    subj = names.subject
+    js.create_stream(name=names.stream, subjects=[f"{subj}.>"], allow_direct=True)
+    for i in range(60):
+        js.publish(f"{subj}.{'a' if i % 2 else 'b'}", f"m{i}".encode(), headers={"Nats-Msg-Id": f"id{i}"} if i % 5 else None)
+    ordered: list[tuple[int, int]] = []
+    real = dsmod.iter_range
+
+    def spy(js_: Any, stream: str, subjects: Any, start: int, end: int, batch: int = 1000) -> Any:
+        ordered.append((start, end))
+        return real(js_, stream, subjects, start, end, batch)
+
+    monkeypatch.setattr(dsmod, "iter_range", spy)
+    want = [(m[0], m[1], m[2]) for m in _stored(js, names.stream)]
+    assert _records(js, names.stream, 1, 60, batch=7) == want
+    assert _records(js, names.stream, 11, 30) == want[10:30]
+    assert ordered == [], "read with direct gets alone"
+    got = list(dsmod.iter_range_records(js, names.stream, (), 5, 6))
+    assert [(r[3], dict(r[2].items()) if r[2] else None) for r in got] == [(5, {"Nats-Msg-Id": "id4"}), (6, None)]
+    # One filter subject: direct gets too, stopping at the end of the range.
+    assert _records(js, names.stream, 1, 40, batch=4, subjects=(f"{subj}.a",)) == [w for w in want[:40] if w[1].endswith(".a")]
+    assert ordered == []
+    # The end of the range deleted: the direct gets stop early; the leader confirms the rest.
+    for seq in (58, 59, 60):
+        js.stream(names.stream).delete_msg(seq)
+    assert _records(js, names.stream, 1, 60, batch=25) == want[:57]
+    assert ordered == [(58, 60)]
+    # Two filter subjects: a direct get takes one, so the ordered consumer reads it all.
+    assert _records(js, names.stream, 1, 10, subjects=(f"{subj}.a", f"{subj}.b")) == want[:10]
+    assert ordered[-1] == (1, 10)
+    assert list(js.stream(names.stream).consumer_names()) == []
+
+
+def test_direct_read_takes_no_reply_of_a_filtered_mirror(js: Any, names: Any) -> None:
+    """A mirror with mirror_direct answers the stream's direct gets with ITS messages (here
+    half of them): the reader takes only the stream's own replies, so nothing is missed."""
+    from jscore.models import StreamSource
+
+    subj = names.subject
+    js.create_stream(name=names.stream, subjects=[f"{subj}.>"], allow_direct=True)
+    for i in range(40):
+        js.publish(f"{subj}.{'a' if i % 2 else 'b'}", f"m{i}".encode())
+    mirror = names.stream + "_M"
+    js.create_stream(name=mirror, mirror=StreamSource(name=names.stream, filter_subject=f"{subj}.a"), mirror_direct=True)
+    try:
+        deadline = time.monotonic() + 10
+        while js.stream_info(mirror).state.messages < 20:
+            assert time.monotonic() < deadline, "the mirror did not catch up"
+            time.sleep(0.05)
+        # (the mirror answers some of the requests: several reads see both kinds of replies)
+        seen = {m.stream for _ in range(20) for m in js.stream(names.stream).direct_get_batch(seq=1, batch=2)}
+        assert seen == {names.stream, mirror}, "the mirror answers the stream's direct gets"
+        want = [(m[0], m[1], m[2]) for m in _stored(js, names.stream)]
+        for _ in range(10):
+            assert _records(js, names.stream, 1, 40, batch=10) == want
+    finally:
+        js.delete_stream(mirror)
 
 
 def test_batch_read_option_error_reaches_the_driver(ds_spark: Any, nats_url: str) -> None:
