@@ -14,9 +14,13 @@ Invariants, whatever the replies:
 * at most one ``DirectGetFinished``, and nothing after it; once finished, ``next_deadline()`` is
   None and later replies change nothing;
 * its error is None or a :class:`NatsError`, and ``reason`` says which kind;
-* delivered messages have strictly increasing sequences, non-empty stream and subject, and none
-  of the server's ``Nats-*`` direct-get headers left in ``headers``;
-* a request is only ever sent first or after an end of batch, and only in multi_last mode.
+* delivered messages have strictly increasing sequences, non-empty stream and subject, and of
+  the server's ``Nats-*`` direct-get names only the earlier occurrences left in ``headers`` (the
+  last of each is the server's);
+* a request is only ever sent first or after an end of batch, and only in multi_last mode;
+* a machine made with ``rows=True`` delivers the same messages as plain values
+  (:data:`jscore.jsapi.StoredRow`: the same subject, sequence, payload, stream, exact time and
+  headers) and ends the same way.
 
 Run it long with atheris (see fuzz/README.md)::
 
@@ -36,8 +40,10 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from fuzz._runner import run
 from jscore import directget as DG
 from jscore.errors import JetStreamError, NatsError, RemoteProtocolError
-from jscore.headers import Headers, parse_header_block
+from jscore.headers import Headers, header_lines_dict, parse_header_block
 from jscore.jsapi import DIRECT_GET_HEADERS
+from jscore.models import StoredMsg
+from jscore.times import parse_nats_time
 
 __all__ = ["parse_script", "check_script", "one_input", "MAX_REPLIES"]
 
@@ -96,7 +102,12 @@ def check_script(replies: list[tuple[Headers, int | None, str | None, bytes]], o
                     assert isinstance(msg.seq, int) and msg.seq > last_seq, (msg.seq, last_seq)
                     last_seq = msg.seq
                     assert msg.stream and msg.subject
-                    assert msg.headers is None or not any(k.lower() in DIRECT_GET_HEADERS for k in msg.headers)
+                    # The server's names are the last of each in the reply; earlier ones stay
+                    # among the message's own headers.
+                    for name in DIRECT_GET_HEADERS:
+                        sent = sum(k.lower() == name for k, _ in headers.items())
+                        kept = 0 if msg.headers is None else sum(k.lower() == name for k, _ in msg.headers.items())
+                        assert kept == max(0, sent - 1), (name, sent, kept)
             elif isinstance(e, DG.DirectGetRequested):
                 assert isinstance(options, DG.LastForOptions), "a batch never sends a second request"
                 assert status is not None and eobs > 0, "a page request only after an end of batch"
@@ -123,11 +134,49 @@ def check_script(replies: list[tuple[Headers, int | None, str | None, bytes]], o
     return machine
 
 
+def _delivered(machine: DG.DirectGetBatch, replies: list[tuple[Headers, int | None, str | None, bytes]]) -> list[object]:
+    out: list[object] = []
+    for headers, status, description, payload in replies:
+        machine.receive(headers, payload, status, description, 100.0)
+    for e in machine.drain_events():
+        if isinstance(e, DG.StoredMsgsDelivered):
+            out.extend(e.msgs)
+    return out
+
+
+def check_rows_agree(data: bytes, options: object) -> None:
+    """The same script to a machine of each kind: the same messages, and the same end."""
+    assert isinstance(options, (DG.BatchOptions, DG.LastForOptions))
+    plain = DG.DirectGetBatch(_SUBJECT, options, timeout=1.0, now=100.0)
+    rows = DG.DirectGetBatch(_SUBJECT, options, timeout=1.0, now=100.0, rows=True)
+    msgs = _delivered(plain, parse_script(data))
+    got = _delivered(rows, parse_script(data))
+    assert len(msgs) == len(got), (msgs, got)
+    for msg, row in zip(msgs, got):
+        assert isinstance(msg, StoredMsg) and isinstance(row, tuple), (msg, row)
+        subject, seq, payload, headers, stamp, stream = row
+        assert (subject, seq, payload, stream) == (msg.subject, msg.seq, msg.data, msg.stream), (msg, row)
+        assert parse_nats_time(stamp) == msg.time, (stamp, msg.time)
+        if isinstance(headers, str):
+            want: dict[str, list[str]] | None = None
+            for k, v in msg.headers.items() if msg.headers is not None else ():
+                want = want or {}
+                want.setdefault(k, []).append(v)
+            assert header_lines_dict(headers) == want, (headers, msg.headers)
+        else:
+            assert headers == msg.headers, (headers, msg.headers)
+    assert (rows.done, rows.reason, type(rows.error), str(rows.error)) == (
+        plain.done, plain.reason, type(plain.error), str(plain.error),
+    )  # fmt: skip
+
+
 def one_input(data: bytes) -> None:
     """The fuzz entry point: raises only when an invariant is broken."""
     replies = parse_script(data)
     check_script(replies, _BATCH)
     check_script(replies, _MULTI)
+    check_rows_agree(data, _BATCH)
+    check_rows_agree(data, _MULTI)
 
 
 def main(argv: list[str]) -> None:

@@ -42,7 +42,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final, Union
+from typing import Any, Final, Union
 
 import msgspec
 
@@ -64,7 +64,14 @@ from .errors import (
 from .headers import Headers
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Stop
 from .protocol import MsgReceived
-from .jsapi import _check_seq, _DirectGetRequest, check_filter_subject, stored_msg_and_cursor
+from .jsapi import (
+    StoredRow,
+    _check_seq,
+    _DirectGetRequest,
+    check_filter_subject,
+    stored_msg_and_cursor,
+    stored_row_and_cursor,
+)
 from .models import StoredMsg, encode
 
 __all__ = [
@@ -366,9 +373,10 @@ class DirectGetRequested(msgspec.Struct, frozen=True):
 
 class StoredMsgsDelivered(msgspec.Struct, frozen=True, gc=False):
     """Messages delivered in a row, in order: one event for a run of replies (those of one
-    read, between two other events), not one per message."""
+    read, between two other events), not one per message. :class:`StoredMsg` objects, or
+    :data:`StoredRow` tuples from a machine made with ``rows=True``."""
 
-    msgs: list[StoredMsg]
+    msgs: list[Any]
 
 
 class DirectGetFinished(msgspec.Struct, frozen=True):
@@ -393,9 +401,13 @@ class DirectGetBatch:
     :meth:`stop`. Outputs: :meth:`next_event` / :meth:`drain_events`, :meth:`next_deadline`
     (pure). Results once finished: :attr:`num_pending` (0 when nothing is left; for a multi_last
     always 0 after a complete snapshot), :attr:`last_seq`, :attr:`next_seq` (the cursor of a
-    batch: where the next one should start), :attr:`up_to_seq` (the multi_last snapshot)."""
+    batch: where the next one should start), :attr:`up_to_seq` (the multi_last snapshot).
+    With ``rows`` it delivers :data:`~jscore.jsapi.StoredRow` tuples instead of
+    :class:`StoredMsg` objects (for bulk readers that build columns), checked the same way."""
 
-    def __init__(self, subject: str, options: BatchOptions | LastForOptions, *, timeout: float, now: float) -> None:
+    def __init__(
+        self, subject: str, options: BatchOptions | LastForOptions, *, timeout: float, now: float, rows: bool = False
+    ) -> None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
             math.isfinite(timeout) and timeout > 0
         ):
@@ -405,7 +417,8 @@ class DirectGetBatch:
         self._multi = isinstance(options, LastForOptions)
         self._timeout = float(timeout)
         self._events: list[DirectGetEvent] = []
-        self._run: list[StoredMsg] | None = None  # the messages of the last queued event, if it is one
+        self._rows = rows  # deliver StoredRow tuples (stored_row_and_cursor), not StoredMsg
+        self._run: list[Any] | None = None  # the messages of the last queued event, if it is one
         self._deadline: float | None = None
         self.done = False
         self.error: NatsError | None = None
@@ -509,7 +522,13 @@ class DirectGetBatch:
             self._on_status(msg.headers, msg.status, msg.description, now)
             return
         try:
-            stored, (pending, last, up_to) = stored_msg_and_cursor(msg.headers, msg.data)
+            stored: StoredMsg | StoredRow
+            if self._rows:
+                stored, (pending, last, up_to) = stored_row_and_cursor(msg.headers, msg.data)
+                seq = stored[1]
+            else:
+                stored, (pending, last, up_to) = stored_msg_and_cursor(msg.headers, msg.data)
+                seq = stored.seq
             # (what _number decides, without its call for the common values: < 20 digits fit)
             if pending is not None and len(pending) < _MAX_DIGITS and pending.isdigit() and pending.isascii():
                 num_pending: int | None = int(pending)
@@ -540,17 +559,15 @@ class DirectGetBatch:
             self._finish(JetStreamError("invalid direct get batch reply: no Nats-Last-Sequence"), "malformed")
             return
         if last_seq != self._page_prev:
-            self._finish(self._gap(f"message {stored.seq} says the one before it was {last_seq}"), "gap")
+            self._finish(self._gap(f"message {seq} says the one before it was {last_seq}"), "gap")
             return
-        if self.last_seq is not None and stored.seq <= self.last_seq:
-            self._finish(
-                JetStreamError(f"invalid direct get batch reply: seq {stored.seq} after {self.last_seq}"), "malformed"
-            )
+        if self.last_seq is not None and seq <= self.last_seq:
+            self._finish(JetStreamError(f"invalid direct get batch reply: seq {seq} after {self.last_seq}"), "malformed")
             return
-        self._page_prev = stored.seq
+        self._page_prev = seq
         self._page_count += 1
         self.delivered += 1
-        self.last_seq = stored.seq
+        self.last_seq = seq
         if not self._multi:
             self.num_pending = num_pending
         run = self._run
@@ -646,8 +663,8 @@ class DirectRange:
     with ``mirror_direct``, and a replica may be behind the leader. So the plan takes replies
     only from the stream itself, in increasing sequence order, and it hands the rest of the
     range to the leader (:attr:`fallback`: read it with an ordered consumer) when a batch comes
-    back empty, or says nothing is left, before the end: the leader then decides whether the
-    end of the range was deleted or the responder was behind. Reading the range again from
+    back empty, or says nothing is left, before the end (the leader then decides whether the
+    end of the range was deleted or the responder was behind), or fails (:meth:`failed`). Reading the range again from
     :attr:`cursor` + 1 loses nothing and repeats nothing."""
 
     __slots__ = ("stream", "cursor", "end", "batch", "fallback", "done")
@@ -683,6 +700,12 @@ class DirectRange:
         if seq == self.end:
             self.done = True
         return True
+
+    def failed(self) -> None:
+        """The current batch failed (a timeout, no responders, a server that cannot batch, a
+        permission): the rest of the range goes to the leader."""
+        if not self.done:
+            self.fallback = True
 
     def batch_ended(self, taken: int, num_pending: int | None) -> None:
         """The current batch ended (its EOB) after ``taken`` replies, with the server's count of

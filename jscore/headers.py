@@ -331,6 +331,21 @@ def headers_of_lines(lines: str) -> Headers:
     return headers
 
 
+def header_lines_dict(lines: str) -> dict[str, list[str]] | None:
+    """The values of header lines the parser checked (the own lines of
+    :meth:`Headers._direct_layout`) by key, in the order given, keys as sent; None for none."""
+    if not lines:
+        return None
+    out: dict[str, list[str]] = {}
+    for key, value in _COMMON_LINE.findall(lines):
+        have = out.get(key)
+        if have is None:
+            out[key] = [value]
+        else:
+            have.append(value)
+    return out
+
+
 def _parse_general(text: str) -> tuple[Headers, int | None, str | None]:
     """:func:`parse_header_block` of any block (its text without the closing CRLF CRLF)."""
     lines = text.split("\r\n")

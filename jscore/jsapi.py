@@ -612,14 +612,42 @@ DirectCursor = tuple[Union[str, None], Union[str, None], Union[str, None]]
 ``Nats-UpTo-Sequence`` headers (None where absent)."""
 
 
+StoredRow = tuple[str, int, bytes, Union[str, Headers, None], str, str]
+"""A direct get reply as plain values, for bulk readers that build columns
+(:func:`stored_row_and_cursor`): subject, sequence, payload, the message's own headers, the time
+stamp as RFC 3339 text in UTC (``2026-11-28T11:15:52.794341572Z``) and the stream. The headers are
+the text of the own header lines when the reply was in the server's layout (``""``: none; see
+:func:`jscore.headers.header_lines_dict`), else a :class:`Headers` or None."""
+
+
+def stored_row_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredRow, DirectCursor]:
+    """:func:`stored_msg_and_cursor` as a :data:`StoredRow`: the same checks, and the same
+    errors, but no datetime, :class:`Headers` or :class:`StoredMsg` is made for a reply in the
+    server's layout (the common case: the time stamp and the own headers stay text)."""
+    layout = headers._direct_layout() if headers is not None else None
+    if layout is None:
+        msg, cursor = stored_msg_and_cursor(headers, data)
+        assert msg.time is not None
+        return (msg.subject, msg.seq, data, msg.headers, _times.format_rfc3339(msg.time), msg.stream), cursor
+    own, stream, subject, seq_text, stamp, pending, last, up_to = layout
+    assert own is not None and stream and subject and seq_text and stamp  # (the layout's groups)
+    if not (seq_text.isascii() and seq_text.isdigit()):
+        raise JetStreamError(f"invalid direct get reply: Nats-Sequence {seq_text!r}")
+    try:
+        _times.check_server_stamp(stamp)
+    except ValueError as exc:
+        raise _time_error(stamp, exc) from None
+    return (subject, int(seq_text), data, own, stamp, stream), (pending, last, up_to)
+
+
 def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredMsg, DirectCursor]:
     """The :class:`StoredMsg` of a direct get reply that is not a status, and the texts of its
-    batch cursor headers (:data:`DirectCursor`; the first value of each). Header names are
-    matched case-insensitively and the first value counts, as ``Headers.get`` does.
+    batch cursor headers (:data:`DirectCursor`). Header names are matched case-insensitively;
+    the server appends its headers to the message's own, so the last value of each of its names
+    is the server's, and an earlier one stays among the message's own headers.
     :class:`JetStreamError` when a header the message needs is missing or malformed."""
     if headers is None:
         raise JetStreamError("invalid direct get reply: no headers")
-    own: list[tuple[str, str]] = []
     own_headers: Headers | None = None
     layout = headers._direct_layout()  # (the server's layout, read when the block was checked)
     if layout is not None:
@@ -628,18 +656,23 @@ def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredM
             own_headers = headers_of_lines(own_lines)  # (split when the caller reads them)
         read_time = _times.parse_server_stamp  # (the stamp's form was checked with the layout)
     else:
-        server: dict[str, str] = {}
+        # The server appends its headers to the message's own: the LAST of each of its names is
+        # the server's, an earlier one the message's own (a republished message carries the
+        # origin's Nats-Sequence, Nats-Subject, ...).
+        items = headers.items()
+        last_at: dict[str, int] = {}
         spelling = _DIRECT_GET_SPELLING
-        for item in headers.items():
+        for i, item in enumerate(items):
             key = spelling.get(item[0])
             if key is None:
                 key = item[0].lower()
                 if key not in DIRECT_GET_HEADERS:
-                    own.append(item)
                     continue
-            if key not in server:
-                server[key] = item[1]
-        if own:
+            last_at[key] = i
+        server = {key: items[i][1] for key, i in last_at.items()}
+        if len(last_at) < len(items):
+            servers = set(last_at.values())
+            own = [item for i, item in enumerate(items) if i not in servers]
             own_headers = Headers(own)
         stream = server.get("nats-stream")
         subject = server.get("nats-subject")

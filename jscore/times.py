@@ -218,6 +218,14 @@ def _second_fields(head: str) -> tuple[int, int, int, int, int, int] | None:
     return fields
 
 
+def check_server_stamp(text: str) -> None:
+    """What :func:`parse_server_stamp` checks of such a stamp (that its date and time exist),
+    without making the datetime: ValueError if they do not."""
+    head = text[:19]
+    if head not in _seconds and _second_fields(head) is None:
+        raise ValueError(f"invalid timestamp {text[:64]!r}")
+
+
 def parse_server_stamp(text: str) -> NatsTime:
     """:func:`parse_nats_time` of a stamp already matched as ``YYYY-MM-DDTHH:MM:SS.f...Z`` with
     ASCII digits and 1 to 9 fractional digits (a direct get reply's, checked by the header

@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from jscore import directget as DG
 from jscore import jsapi
@@ -56,6 +56,8 @@ __all__ = ["Stream", "DirectGetIterator"]
 _monotonic: Final = time.monotonic
 _GUARD: Final = 5.0  # seconds past a direct get's own timeout before its caller gives up
 _DELIVERED: Final = DG.StoredMsgsDelivered
+_T = TypeVar("_T")
+_Self = TypeVar("_Self", bound="_DirectIterator[Any]")
 
 
 class Stream:
@@ -218,6 +220,16 @@ class Stream:
         options = DG.resolve_last_for(subjects, up_to_seq=up_to_seq, up_to_time=up_to_time, batch=batch)
         return self._direct_batch(options, timeout)
 
+    def _direct_rows(
+        self, seq: int, *, next_by_subject: str | None, batch: int, max_bytes: int | None, timeout: float | None
+    ) -> DirectRowIterator:
+        """:meth:`direct_get_batch` from ``seq``, as a :class:`DirectRowIterator`."""
+        options = DG.resolve_batch(seq, next_by_subject=next_by_subject, batch=batch, max_bytes=max_bytes)
+        subject = self._js._subjects.direct_get(self._name)
+        t = timeout if timeout is not None else self._js.timeout
+        machine = DG.DirectGetBatch(subject, options, timeout=t, now=_monotonic(), rows=True)
+        return DirectRowIterator(self._js.client, machine)
+
     def _direct_batch(self, options: DG.BatchOptions | DG.LastForOptions, timeout: float | None) -> DirectGetIterator:
         subject = self._js._subjects.direct_get(self._name)
         t = timeout if timeout is not None else self._js.timeout
@@ -284,7 +296,7 @@ class Stream:
         )
 
 
-class DirectGetIterator(Iterator[StoredMsg]):
+class _DirectIterator(Iterator[_T]):
     """The messages of one batched direct get call, yielded as they arrive (see
     :meth:`Stream.direct_get_batch` and :meth:`Stream.direct_get_last_for`).
 
@@ -309,7 +321,7 @@ class DirectGetIterator(Iterator[StoredMsg]):
         # are atomic). A reader that finds it empty says so (``_waiting``, under the lock) and
         # waits on ``_wake``, which the sink fills once: one thread hand-off per arrival of
         # replies, not one per message.
-        self._items: deque[StoredMsg | None] = deque()
+        self._items: deque[_T | None] = deque()
         self._waiting = False
         self._wake: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self._failure: BaseException | None = None
@@ -379,10 +391,10 @@ class DirectGetIterator(Iterator[StoredMsg]):
 
     # -- iteration ------------------------------------------------------------------------------
 
-    def __iter__(self) -> DirectGetIterator:
+    def __iter__(self: _Self) -> _Self:
         return self
 
-    def __next__(self) -> StoredMsg:
+    def __next__(self) -> _T:
         if not self._ended:
             try:
                 item = self._items.popleft()
@@ -397,7 +409,7 @@ class DirectGetIterator(Iterator[StoredMsg]):
             raise error
         raise StopIteration
 
-    def _wait(self) -> StoredMsg | None:
+    def _wait(self) -> _T | None:
         """The next item once it arrives. The machine times the call out by itself (the I/O
         thread fires its deadline); the guard only covers an I/O thread that died."""
         items = self._items
@@ -455,7 +467,7 @@ class DirectGetIterator(Iterator[StoredMsg]):
         self._ended = True
         self._items.clear()
 
-    def __enter__(self) -> DirectGetIterator:
+    def __enter__(self: _Self) -> _Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -484,4 +496,14 @@ class DirectGetIterator(Iterator[StoredMsg]):
     def __repr__(self) -> str:
         m = self._machine
         state = f"done ({m.reason})" if m.done else "in progress"
-        return f"<DirectGetIterator {m.delivered} received, {state}>"
+        return f"<{type(self).__name__} {m.delivered} received, {state}>"
+
+
+class DirectGetIterator(_DirectIterator[StoredMsg]):
+    __doc__ = _DirectIterator.__doc__
+
+
+class DirectRowIterator(_DirectIterator[jsapi.StoredRow]):
+    """:class:`DirectGetIterator` yielding :data:`jscore.jsapi.StoredRow` tuples (plain values:
+    the time stamp and the message's own headers as text) instead of :class:`StoredMsg`: for bulk
+    readers that build columns (the Spark source). Made by ``Stream._direct_rows``."""

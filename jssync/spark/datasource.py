@@ -63,7 +63,8 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
 
 from jscore import directget as DG
 from jscore.errors import InvalidOptionError, JetStreamError, MsgNotFoundError, NatsError, NoMessagesError
-from jscore.headers import Headers
+from jscore.headers import Headers, header_lines_dict
+from jscore.times import parse_server_stamp
 from jssync.stream import Stream
 
 from ._cache import discard_client, get_jetstream, lease
@@ -625,7 +626,24 @@ def _loss_message(stream: str, start: int, first: int) -> str:
     )
 
 
-def _headers_dict(headers: Headers | None) -> dict[str, list[str]] | None:
+def _stamp_array(stamps: list[Any], type_: Any) -> Any:
+    """The Arrow timestamp column (``type_``, microseconds in UTC, truncated) of a batch's times:
+    RFC 3339 texts (direct gets) are parsed by Arrow in one call; datetimes as they are."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    if stamps and all(s.__class__ is str for s in stamps):
+        exact = pa.array(stamps, type=pa.string()).cast(pa.timestamp("ns", tz="UTC"))
+        return exact.cast(type_, safe=False)
+    return pa.array([parse_server_stamp(s) if s.__class__ is str else s for s in stamps], type=type_)
+
+
+def _stamp_value(stamp: datetime | str) -> datetime:
+    return parse_server_stamp(stamp) if isinstance(stamp, str) else stamp
+
+
+def _headers_dict(headers: Headers | str | None) -> dict[str, list[str]] | None:
+    if isinstance(headers, str):
+        return header_lines_dict(headers)
     if not headers:
         return None
     out: dict[str, list[str]] = {}
@@ -685,7 +703,7 @@ def read_range(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterat
     ``[part.start, part.end]``, as tuples of :data:`SCHEMA` (see :func:`iter_range`)."""
     stream = ropts.stream
     for subject, data, headers, seq, time in _range_records(config, ropts, part):
-        yield (subject, data, _headers_dict(headers), stream, seq, time)
+        yield (subject, data, _headers_dict(headers), stream, seq, _stamp_value(time))
 
 
 ARROW_BATCH_ROWS: Final = 4096
@@ -726,7 +744,7 @@ def _arrow_schema() -> Any:
 def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, rows: int | None = None) -> Iterator[Any]:
     """:func:`read_range` as Arrow record batches of at most ``rows`` rows: Spark takes them as
     they are, instead of converting a Python tuple per row (what the readers return)."""
-    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow as pa
 
     rows = ARROW_BATCH_ROWS if rows is None else rows
     schema = _arrow_schema()
@@ -736,7 +754,7 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
     datas: list[bytes] = []
     headers: list[dict[str, list[str]] | None] = []
     seqs: list[int] = []
-    stamps: list[datetime] = []
+    stamps: list[datetime | str] = []
 
     def batch() -> Any:
         n = len(seqs)
@@ -746,7 +764,7 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
             pa.array(headers, type=types[2]),
             pa.array([stream] * n, type=types[3]),
             pa.array(seqs, type=types[4]),
-            pa.array(stamps, type=types[5]),
+            _stamp_array(stamps, types[5]),
         ]
         for col in (subjects, datas, headers, seqs, stamps):
             col.clear()
@@ -757,7 +775,7 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
         datas.append(data)
         headers.append(_headers_dict(hdrs) if hdrs else None)
         seqs.append(seq)
-        stamps.append(time)  # (Arrow truncates it to microseconds)
+        stamps.append(time)
         if len(seqs) >= rows:
             yield batch()
     if seqs:
@@ -858,8 +876,12 @@ def read_range_decoded(config: NatsConfig, ropts: ReadOptions, part: SeqRange, r
     stream = ropts.stream
     count = 0
 
+    stamp_at = next((i for i, name in meta_at if name == "timestamp"), -1)
+
     def batch() -> Any:
-        arrays = [pa.array(c, type=types[i]) for i, c in enumerate(columns)]
+        arrays = [
+            _stamp_array(c, types[i]) if i == stamp_at else pa.array(c, type=types[i]) for i, c in enumerate(columns)
+        ]
         for c in columns:
             c.clear()
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -907,8 +929,11 @@ def read_partition(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> It
     return read_range_decoded(config, ropts, part)
 
 
-Record = tuple[str, bytes, "Headers | None", int, datetime]  # (an alias: see the docstring)
-"""A message read by a task: subject, payload, its own headers, stream sequence, time stored."""
+Record = tuple[str, bytes, "Headers | str | None", int, "datetime | str"]
+"""A message read by a task: subject, payload, its own headers, stream sequence, time stored.
+From a direct get the headers are the text of the header lines and the time is RFC 3339 text
+(:data:`jscore.jsapi.StoredRow`): the columns are built from them without a Python object per
+message (:func:`_headers_dict`, :func:`_stamp_array`)."""
 
 
 def iter_range_records(
@@ -918,27 +943,35 @@ def iter_range_records(
     (:class:`jscore.directget.DirectRange`) when the stream has ``allow_direct`` and the filter
     is at most one subject: no consumer on the server, one request per ``batch`` messages
     (:data:`DIRECT_BATCH`). What direct gets cannot vouch for (a batch that ends before the
-    range does, a reply from a mirror) is read from the stream's leader with an ordered
-    consumer, from where the direct gets stopped."""
+    range does, a reply from a mirror, a direct get that fails) is read from the stream's leader
+    with an ordered consumer, from where the direct gets stopped."""
     info = js.stream_info(stream, timeout=_INFO_TIMEOUT)
     cursor = start
     if info.config.allow_direct and len(subjects) <= 1:
         plan = DG.DirectRange(stream, start, end, batch or DIRECT_BATCH)
         handle = Stream(js, info)
         subject = subjects[0] if subjects else None
+        take = plan.take
         while (ask := plan.request()) is not None:
             seq, count = ask
-            with handle.direct_get_batch(
-                seq=seq, next_by_subject=subject, batch=count, max_bytes=DIRECT_MAX_BYTES, timeout=js.timeout
-            ) as it:
-                taken = 0
-                for m in it:
-                    if not plan.take(m.stream, m.seq):
-                        break
-                    taken += 1
-                    yield (m.subject, m.data, m.headers, m.seq, m.time)  # type: ignore[misc]
-                else:
-                    plan.batch_ended(taken, it.num_pending)
+            try:
+                with handle._direct_rows(
+                    seq, next_by_subject=subject, batch=count, max_bytes=DIRECT_MAX_BYTES, timeout=js.timeout
+                ) as it:
+                    taken = 0
+                    for subj, seq, data, headers, stamp, from_stream in it:
+                        if not take(from_stream, seq):
+                            break
+                        taken += 1
+                        yield (subj, data, headers, seq, stamp)
+                    else:
+                        plan.batch_ended(taken, it.num_pending)
+            except NatsError as exc:
+                _log.warning(
+                    "jetstream[%s]: a direct get failed (%s: %s); sequences %d..%d are read with an ordered consumer",
+                    stream, type(exc).__name__, exc, plan.cursor + 1, end,
+                )  # fmt: skip
+                plan.failed()
         if not plan.fallback:
             return
         cursor = plan.cursor + 1

@@ -11,7 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jscore.errors import BadHeaderError, RemoteProtocolError
-from jscore.headers import Headers, HeadersInput, encode_headers, headers_of_lines, parse_header_block
+from jscore.headers import (
+    Headers,
+    HeadersInput,
+    encode_headers,
+    header_lines_dict,
+    headers_of_lines,
+    parse_header_block,
+)
 
 SETTINGS = settings(max_examples=200, deadline=None)
 
@@ -422,6 +429,11 @@ def test_direct_reply_layout_agrees_with_the_general_parser(
         assert layout is not None, "the server's own layout is recognised"
     headers.items()  # split: no longer the checked block
     assert headers._direct_layout() is None and headers._direct_fields() is None
+
+
+def test_header_lines_by_key() -> None:
+    assert header_lines_dict("") is None
+    assert header_lines_dict("A: 1\r\na:2\r\nA: \t3\r\nB: x: y\r\n") == {"A": ["1", "3"], "a": ["2"], "B": ["x: y"]}
 
 
 def test_direct_reply_layout_with_the_messages_own_headers() -> None:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from jscore import errors, jsapi
 from jscore.headers import Headers, parse_header_block
+from jscore.times import parse_nats_time
 from jscore.models import ConsumerConfig, MsgGetResponse, RawStoredMsg, StreamConfig, StreamSource, decode_response
 
 UTC = timezone.utc
@@ -616,6 +617,53 @@ def test_direct_reply_with_the_messages_own_headers_is_read_in_one_match() -> No
     assert msg.headers is not None and msg.headers._unsplit() is not None, "the own headers are split on first use"
     assert msg.headers.items() == [("Nats-Msg-Id", "w-1-7"), ("A", "b")]
     assert msg.headers == Headers([("Nats-Msg-Id", "w-1-7"), ("A", "b")])
+
+
+def test_direct_reply_as_a_row_of_plain_values() -> None:
+    block = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in _SERVER_LINES)
+    headers, _, _ = parse_header_block(b"NATS/1.0\r\nNats-Msg-Id: w-1-7\r\n" + block + b"\r\n")
+    row, cursor = jsapi.stored_row_and_cursor(headers, b"x")
+    msg, _ = jsapi.stored_msg_and_cursor(headers, b"x")
+    assert row == ("$KV.b.k", 42, b"x", "Nats-Msg-Id: w-1-7\r\n", "2026-11-25T03:08:22.42418774Z", "KV_b")
+    assert cursor == ("7", "41", "99")
+    assert parse_nats_time(row[4]) == msg.time
+    # Not in the server's layout (here: two spaces after a colon): the general reading, the same values.
+    odd, _, _ = parse_header_block(b"NATS/1.0\r\nNats-Msg-Id: w-1-7\r\n" + block.replace(b": KV_b", b":  KV_b") + b"\r\n")
+    assert odd._direct_layout() is None
+    row2, cursor2 = jsapi.stored_row_and_cursor(odd, b"x")
+    assert row2[:3] == row[:3] and row2[5] == row[5] and cursor2 == cursor
+    assert row2[3] == Headers([("Nats-Msg-Id", "w-1-7")])
+    assert parse_nats_time(row2[4]) == msg.time, "the exact time, as RFC 3339 text"
+
+
+def test_direct_reply_of_a_message_with_headers_named_like_the_servers() -> None:
+    """A republished message carries the origin's Nats-Sequence, Nats-Subject, ...: the server
+    appends its own after them, so the last of each name is the server's."""
+    block = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in _SERVER_LINES)
+    own = b"Nats-Sequence: 999\r\nnats-subject: forged\r\nNats-Time-Stamp: 2020-01-01T00:00:00Z\r\nX: 1\r\n"
+    headers, _, _ = parse_header_block(b"NATS/1.0\r\n" + own + block + b"\r\n")
+    msg, cursor = jsapi.stored_msg_and_cursor(headers, b"x")
+    assert (msg.stream, msg.subject, msg.seq, cursor) == ("KV_b", "$KV.b.k", 42, ("7", "41", "99"))
+    assert msg.time is not None and msg.time.year == 2026
+    assert msg.headers == Headers(
+        [("Nats-Sequence", "999"), ("nats-subject", "forged"), ("Nats-Time-Stamp", "2020-01-01T00:00:00Z"), ("X", "1")]
+    )
+    row, _ = jsapi.stored_row_and_cursor(headers, b"x")
+    assert row[:3] == ("$KV.b.k", 42, b"x") and row[3] == msg.headers and parse_nats_time(row[4]) == msg.time
+
+
+@pytest.mark.parametrize(
+    ("line", "value"), [("Nats-Sequence", "4x2"), ("Nats-Time-Stamp", "2026-02-30T00:00:00.5Z")]
+)
+def test_direct_reply_row_refuses_what_the_message_refuses(line: str, value: str) -> None:
+    lines = [(k, value if k == line else v) for k, v in _SERVER_LINES]
+    block = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in lines)
+    headers, _, _ = parse_header_block(b"NATS/1.0\r\n" + block + b"\r\n")
+    with pytest.raises(errors.JetStreamError) as as_msg:
+        jsapi.stored_msg_and_cursor(headers, b"x")
+    with pytest.raises(errors.JetStreamError) as as_row:
+        jsapi.stored_row_and_cursor(headers, b"x")
+    assert str(as_row.value) == str(as_msg.value)
 
 
 @pytest.mark.parametrize("stamp", ["2026-13-25T03:08:22.1Z", "2026-02-30T00:00:00.5Z", "2026-11-25T24:00:00.5Z"])

@@ -310,7 +310,9 @@ def test_direct_read_of_a_range_and_when_it_asks_the_leader(
     assert _records(js, names.stream, 11, 30) == want[10:30]
     assert ordered == [], "read with direct gets alone"
     got = list(dsmod.iter_range_records(js, names.stream, (), 5, 6))
-    assert [(r[3], dict(r[2].items()) if r[2] else None) for r in got] == [(5, {"Nats-Msg-Id": "id4"}), (6, None)]
+    assert [(r[3], dsmod._headers_dict(r[2])) for r in got] == [(5, {"Nats-Msg-Id": ["id4"]}), (6, None)]
+    stamps = _stamps(js, names.stream)
+    assert [dsmod._stamp_value(r[4]).ns for r in got] == [stamps[5], stamps[6]], "the exact stored time"
     # One filter subject: direct gets too, stopping at the end of the range.
     assert _records(js, names.stream, 1, 40, batch=4, subjects=(f"{subj}.a",)) == [w for w in want[:40] if w[1].endswith(".a")]
     assert ordered == []
@@ -323,6 +325,64 @@ def test_direct_read_of_a_range_and_when_it_asks_the_leader(
     assert _records(js, names.stream, 1, 10, subjects=(f"{subj}.a", f"{subj}.b")) == want[:10]
     assert ordered[-1] == (1, 10)
     assert list(js.stream(names.stream).consumer_names()) == []
+
+
+def test_direct_read_that_fails_goes_on_with_the_leader(js: Any, names: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A direct get that fails midway (here a timeout after five replies: it could be a server
+    that cannot batch, no responders, a permission) hands the rest of the range to an ordered
+    consumer, from the last message taken: nothing lost, nothing twice."""
+    from jscore.errors import TimeoutError as NatsTimeout
+    from jssync.stream import Stream
+
+    subj = names.subject
+    js.create_stream(name=names.stream, subjects=[f"{subj}.>"], allow_direct=True)
+    for i in range(30):
+        js.publish(f"{subj}.x", f"m{i}".encode())
+    real = Stream._direct_rows
+    calls = []
+
+    class Failing:
+        def __init__(self, it: Any) -> None:
+            self.it, self.n = it, 0
+
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.it.close()
+
+        def __iter__(self) -> Any:
+            for row in self.it:
+                if self.n == 5:
+                    raise NatsTimeout("injected")
+                self.n += 1
+                yield row
+
+    def failing(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return Failing(real(self, *args, **kwargs))
+
+    monkeypatch.setattr(Stream, "_direct_rows", failing)
+    want = [(m[0], m[1], m[2]) for m in _stored(js, names.stream)]
+    assert _records(js, names.stream, 1, 30, batch=20) == want
+    assert len(calls) == 1, "the rest came from the ordered consumer"
+
+
+def test_direct_read_of_messages_with_headers_named_like_the_servers(js: Any, names: Any) -> None:
+    """Messages carrying Nats-Sequence, Nats-Subject, ... of their own (a republished message
+    does): the reader goes by the server's values, which come last in a direct get reply."""
+    subj = names.subject
+    js.create_stream(name=names.stream, subjects=[f"{subj}.>"], allow_direct=True)
+    for i in range(20):
+        own = {"Nats-Sequence": "999", "Nats-Subject": "forged", "Nats-Stream": "OTHER"} if i in (0, 2, 8) else None
+        js.publish(f"{subj}.x", f"m{i}".encode(), headers=own)
+    want = [(m[0], m[1], m[2]) for m in _stored(js, names.stream)]
+    assert len(want) == 20
+    assert _records(js, names.stream, 1, 20, batch=6) == want
+    got = list(dsmod.iter_range_records(js, names.stream, (), 3, 3))
+    assert dsmod._headers_dict(got[0][2]) == {"Nats-Sequence": ["999"], "Nats-Subject": ["forged"], "Nats-Stream": ["OTHER"]}
+    msg = js.stream(names.stream).direct_get(9)
+    assert (msg.seq, msg.subject, msg.stream) == (9, f"{subj}.x", names.stream)
 
 
 def test_direct_read_takes_no_reply_of_a_filtered_mirror(js: Any, names: Any) -> None:

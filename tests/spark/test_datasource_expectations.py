@@ -281,9 +281,18 @@ def test_streaming_query_stopped_mid_batch_restarts_exactly_once(
     ckpt = tmp_path / "ckpt"
     from pyspark.sql.functions import udf
 
+    fast = tmp_path / "fast"  # (the restart's rows go at the first partition's pace)
+    fast_name = str(fast)
+
     @udf("binary")
-    def slow(data: bytes) -> bytes:  # (about 1.5 s per 1000 rows: the stop lands in the batch)
-        time.sleep(0.0015)
+    def slow(data: bytes) -> bytes:
+        # About 1.5 s per 1000 rows, and four times that for the second partition (the rows of
+        # the second half) until the restart: the first partition's rows are stored well before
+        # the second's, so the stop lands in the batch, not in a race with its end.
+        import os
+
+        late = int(data[1:]) >= n // 2 and not os.path.exists(fast_name)
+        time.sleep(0.006 if late else 0.0015)
         return data
 
     def query(trigger: dict[str, Any]) -> Any:
@@ -306,6 +315,7 @@ def test_streaming_query_stopped_mid_batch_restarts_exactly_once(
     assert 0 < stored_at_stop <= n, stored_at_stop
     commits = [p.name for p in (ckpt / "commits").iterdir() if p.name.isdigit()] if (ckpt / "commits").exists() else []
     assert commits == []  # batch 0 was not committed
+    fast.touch()
     q = query({"availableNow": True})
     q.awaitTermination(300)
     assert q.exception() is None
