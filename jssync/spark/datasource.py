@@ -64,7 +64,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
 from jscore import directget as DG
 from jscore.errors import InvalidOptionError, JetStreamError, MsgNotFoundError, NatsError, NoMessagesError
 from jscore.headers import Headers, header_lines_dict
-from jscore.times import parse_server_stamp
+from jscore.times import from_unix_ns, parse_server_stamp, unix_ns
 from jssync.stream import Stream
 
 from ._cache import discard_client, get_jetstream, lease
@@ -626,19 +626,22 @@ def _loss_message(stream: str, start: int, first: int) -> str:
     )
 
 
-def _stamp_array(stamps: list[Any], type_: Any) -> Any:
-    """The Arrow timestamp column (``type_``, microseconds in UTC, truncated) of a batch's times:
-    RFC 3339 texts (direct gets) are parsed by Arrow in one call; datetimes as they are."""
+def _stamp_array(stamps: list[int | str], type_: Any) -> Any:
+    """The Arrow timestamp column (``type_``, microseconds in UTC, truncated) of a batch's times
+    (:data:`Record`): RFC 3339 texts are parsed by Arrow in one call, nanoseconds cast."""
     import pyarrow as pa  # type: ignore[import-untyped]
 
+    exact_type = pa.timestamp("ns", tz="UTC")
     if stamps and all(s.__class__ is str for s in stamps):
-        exact = pa.array(stamps, type=pa.string()).cast(pa.timestamp("ns", tz="UTC"))
-        return exact.cast(type_, safe=False)
-    return pa.array([parse_server_stamp(s) if s.__class__ is str else s for s in stamps], type=type_)
+        exact = pa.array(stamps, type=pa.string()).cast(exact_type)
+    else:  # (nanoseconds; texts among them when a direct read went on with an ordered consumer)
+        nanos = [s if isinstance(s, int) else unix_ns(parse_server_stamp(s)) for s in stamps]
+        exact = pa.array(nanos, type=exact_type)
+    return exact.cast(type_, safe=False)
 
 
-def _stamp_value(stamp: datetime | str) -> datetime:
-    return parse_server_stamp(stamp) if isinstance(stamp, str) else stamp
+def _stamp_value(stamp: int | str) -> datetime:
+    return parse_server_stamp(stamp) if isinstance(stamp, str) else from_unix_ns(stamp)
 
 
 def _headers_dict(headers: Headers | str | None) -> dict[str, list[str]] | None:
@@ -754,7 +757,7 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
     datas: list[bytes] = []
     headers: list[dict[str, list[str]] | None] = []
     seqs: list[int] = []
-    stamps: list[datetime | str] = []
+    stamps: list[int | str] = []
 
     def batch() -> Any:
         n = len(seqs)
@@ -929,10 +932,11 @@ def read_partition(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> It
     return read_range_decoded(config, ropts, part)
 
 
-Record = tuple[str, bytes, "Headers | str | None", int, "datetime | str"]
+Record = tuple[str, bytes, "Headers | str | None", int, "int | str"]
 """A message read by a task: subject, payload, its own headers, stream sequence, time stored.
 From a direct get the headers are the text of the header lines and the time is RFC 3339 text
-(:data:`jscore.jsapi.StoredRow`): the columns are built from them without a Python object per
+(:data:`jscore.jsapi.StoredRow`); from an ordered consumer the time is in nanoseconds since the
+epoch (from the ack subject). The columns are built from them without a Python object per
 message (:func:`_headers_dict`, :func:`_stamp_array`)."""
 
 
@@ -977,7 +981,7 @@ def iter_range_records(
         cursor = plan.cursor + 1
     for msg in iter_range(js, stream, subjects, cursor, end, batch or DEFAULT_FETCH_BATCH):
         meta = msg.metadata
-        yield (msg.subject, msg.data, msg.headers, meta.sequence.stream, meta.timestamp)
+        yield (msg.subject, msg.data, msg.headers, meta.sequence.stream, meta.timestamp_ns)
 
 
 def _range_records(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterator[Record]:

@@ -327,6 +327,22 @@ def test_direct_read_of_a_range_and_when_it_asks_the_leader(
     assert list(js.stream(names.stream).consumer_names()) == []
 
 
+def test_time_column_from_texts_nanoseconds_or_both() -> None:
+    """The time column of a read batch: RFC 3339 texts (direct gets), nanoseconds (an ordered
+    consumer), or both in one batch (a direct read that went on with an ordered consumer)."""
+    import pyarrow as pa
+
+    from jscore.times import parse_server_stamp, unix_ns
+
+    texts = ["2026-11-28T11:15:52.794341572Z", "2026-11-28T11:15:53.1Z"]
+    nanos = [unix_ns(parse_server_stamp(t)) for t in texts]
+    want = [n // 1000 for n in nanos]
+    us = pa.timestamp("us", tz="UTC")
+    for stamps in (texts, nanos, [texts[0], nanos[1]], [nanos[0], texts[1]]):
+        assert dsmod._stamp_array(stamps, us).cast(pa.int64()).to_pylist() == want, stamps
+    assert [dsmod._stamp_value(s).ns for s in (texts[0], nanos[0])] == [nanos[0], nanos[0]]
+
+
 def test_direct_read_that_fails_goes_on_with_the_leader(js: Any, names: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A direct get that fails midway (here a timeout after five replies: it could be a server
     that cannot batch, no responders, a permission) hands the rest of the range to an ordered
