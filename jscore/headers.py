@@ -48,13 +48,14 @@ _COMMON_BLOCK: Final = re.compile(
 _COMMON_LINE: Final = re.compile("(" + _TOKEN_RE + r"):[ \t]*(" + _VALUE_CHAR_RE + r"*)\r\n")
 # The block of a direct get reply as nats-server writes it (the message's own headers, if any,
 # then the server's, in this order, one space after each colon, values of printable ASCII; a
-# batch's cursor headers after them), recognised and read in the one match that also checks it.
-# The own lines are lines of the common block whose key is none of the server's (in any case);
-# every server line it accepts is one too (a literal token key, a value with no white space or
-# control character), so the match replaces that check. Its groups are kept for the direct
-# get's reader (:meth:`Headers._direct_layout`): the own lines' text, then the server's values.
-# Any other block (a subject outside ASCII, other spacing) is checked by the common expression
-# and read pair by pair, so the result is always the general parser's.
+# batch's cursor headers after them). The own lines are lines of the common block whose key is
+# none of the server's (in any case); every server line it accepts is one too (a literal token
+# key, a value with no white space or control character). A block that starts with the server's
+# headers is recognised and read in the one match that also checks it (it replaces the common
+# check); one with own lines first passes the common check and is matched when a direct get
+# reader asks (:meth:`Headers._direct_layout`), so other messages with headers pay nothing. The
+# groups are the own lines' text, then the server's values. Any other block (a subject outside
+# ASCII, other spacing) is read pair by pair, so the result is always the general parser's.
 _DIRECT_MARK: Final = "\r\nNats-Stream: "
 _DIRECT_VALUE: Final = r": ([!-~]++)\r\n"
 _DIRECT_OWN: Final = (
@@ -64,11 +65,16 @@ _DIRECT_OWN: Final = (
 # (the time stamp in the form nats-server 2.10+ writes, RFC 3339 in UTC with 1 to 9 fractional
 # digits: its reader then checks only that the date exists, see jscore.times.parse_server_stamp)
 _DIRECT_STAMP: Final = r": ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{1,9}Z)\r\n"
-_DIRECT_LAYOUT: Final = re.compile(
-    r"NATS/1\.0\r\n" + _DIRECT_OWN + "Nats-Stream" + _DIRECT_VALUE + "Nats-Subject" + _DIRECT_VALUE + "Nats-Sequence"
-    + _DIRECT_VALUE + "Nats-Time-Stamp" + _DIRECT_STAMP + "(?:Nats-Num-Pending" + _DIRECT_VALUE
-    + ")?(?:Nats-Last-Sequence" + _DIRECT_VALUE + ")?(?:Nats-UpTo-Sequence" + _DIRECT_VALUE + r")?\r\n"
+_DIRECT_SERVER: Final = (
+    "Nats-Stream" + _DIRECT_VALUE + "Nats-Subject" + _DIRECT_VALUE + "Nats-Sequence" + _DIRECT_VALUE
+    + "Nats-Time-Stamp" + _DIRECT_STAMP + "(?:Nats-Num-Pending" + _DIRECT_VALUE + ")?(?:Nats-Last-Sequence"
+    + _DIRECT_VALUE + ")?(?:Nats-UpTo-Sequence" + _DIRECT_VALUE + r")?\r\n"
 )  # fmt: skip
+_DIRECT_LAYOUT: Final = re.compile(r"NATS/1\.0\r\n" + _DIRECT_OWN + _DIRECT_SERVER)
+# (a block that starts with the server's headers, the common case: the same groups, the own
+# lines empty, without trying them)
+_DIRECT_START: Final = "NATS/1.0\r\nNats-Stream: "
+_DIRECT_LAYOUT_BARE: Final = re.compile(r"NATS/1\.0\r\n()" + _DIRECT_SERVER)
 _FIRST_LINE: Final = len(b"NATS/1.0\r\n")
 
 
@@ -86,7 +92,8 @@ class Headers:
         # A block the parser checked but has not split into pairs yet (split on first use:
         # most messages' headers are never read, and the direct get reads its own from it).
         self._block: str | None = None
-        # The values of a direct get reply's block, read by the match that checked it.
+        # The values of a direct get reply's block, read by the match that checked it (None: not
+        # tried yet; empty: not in the server's layout).
         self._layout: tuple[str | None, ...] | None = None
         if items is not None:
             self._pairs.extend(_iter_input(items))
@@ -118,12 +125,23 @@ class Headers:
         :func:`headers_of_lines`), then the values of ``Nats-Stream``, ``Nats-Subject``,
         ``Nats-Sequence``, ``Nats-Time-Stamp``, ``Nats-Num-Pending``, ``Nats-Last-Sequence``
         and ``Nats-UpTo-Sequence`` (None where absent). Else None (read the pairs). The time
-        stamp is then in the form :func:`jscore.times.parse_server_stamp` reads."""
-        return self._layout if self._block is not None else None
+        stamp is then in the form :func:`jscore.times.parse_server_stamp` reads.
+
+        A block that starts with the server's headers was matched by the parser; one with the
+        message's own headers first is matched here, on first use (only direct get readers ask,
+        so no other message pays for it)."""
+        block = self._block
+        if block is None:
+            return None
+        layout = self._layout
+        if layout is None:
+            m = _DIRECT_LAYOUT.fullmatch(block) if _DIRECT_MARK in block else None
+            layout = self._layout = m.groups() if m is not None else ()
+        return layout or None
 
     def _direct_fields(self) -> tuple[str | None, ...] | None:
         """The server's values of :meth:`_direct_layout` (without the own lines), or None."""
-        layout = self._layout if self._block is not None else None
+        layout = self._direct_layout()
         return None if layout is None else layout[1:]
 
     # -- reading ---------------------------------------------------------------------------
@@ -308,8 +326,8 @@ def parse_header_block(block: bytes) -> tuple[Headers, int | None, str | None]:
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError("header block is not valid UTF-8") from exc
     layout = None
-    if _DIRECT_MARK in text:
-        m = _DIRECT_LAYOUT.fullmatch(text)
+    if text.startswith(_DIRECT_START):
+        m = _DIRECT_LAYOUT_BARE.fullmatch(text)
         if m is not None:
             layout = m.groups()
     if layout is not None or _COMMON_BLOCK.fullmatch(text) is not None:
