@@ -66,7 +66,7 @@ pc = time.perf_counter
 TARGETS = {"naive": 5.0, "nats-py": 2.0}  # jssync rows/s >= this x the writer's (issue 5)
 WRITERS = ("jssync", "naive", "nats-py", "nats-py-bare", "jssync-ds")
 FLOOR = "floor"  # Spark alone: foreachPartition iterating the rows, no publish (not in the ratios)
-READ_DIRECT = "read-direct"  # the batch read of a stream with allow_direct
+READ_DIRECT = "read-direct"  # the batch read with directGet=true (the stream with allow_direct)
 READ_FLOOR = "floor-read"  # Spark alone: a Python source yielding the read's rows from memory, as tuples
 READ_FLOOR_ARROW = "floor-read-arrow"  # the same rows as Arrow record batches
 
@@ -316,8 +316,9 @@ class Bench:
             res["server_cpu_s"] = srv1 - srv0
         return res
 
-    def read(self, spark: Any, n: int) -> dict[str, Any]:
-        df = spark.read.format("jetstream").option("servers", self.url).option("stream", self.read_stream).load()
+    def read(self, spark: Any, n: int, direct: bool = False) -> dict[str, Any]:
+        df = spark.read.format("jetstream").option("servers", self.url).option("stream", self.read_stream)
+        df = (df.option("directGet", "true") if direct else df).load()
         srv0 = core.proc_cpu_s(self.server_pid)
         t0 = pc()
         count = df.count()
@@ -360,8 +361,8 @@ class Bench:
                 self.results.setdefault(w, []).append(res)
                 self.log(f"run {r + 1}/{a.runs} {w:<8} {n:>9,} rows  {res['total_s']:7.2f} s  {res['rows_per_s']:>10,.0f} rows/s")
         if "jssync" in a.writers and not a.no_read:
-            # The stream as written (no allow_direct: the tasks read with ordered consumers),
-            # then with allow_direct (batched direct gets). One read first, not measured: the
+            # The stream as written (the tasks read with ordered consumers), then with
+            # allow_direct and directGet=true (batched direct gets). One read first, not measured: the
             # server's first read of a stream loads its blocks from disk (a third slower).
             self.read(spark, a.rows)
             for what, direct in (("read", False), (READ_DIRECT, True)):
@@ -369,7 +370,7 @@ class Bench:
                     cfg = self.ajs.stream_info(self.read_stream).config
                     self.ajs.update_stream(msgspec.structs.replace(cfg, allow_direct=True))
                 for r in range(a.runs):
-                    res = self.read(spark, a.rows)
+                    res = self.read(spark, a.rows, direct)
                     self.results.setdefault(what, []).append(res)
                     self.log(f"run {r + 1}/{a.runs} {what:<8} {a.rows:>9,} rows  {res['total_s']:7.2f} s  {res['rows_per_s']:>10,.0f} rows/s")
         if "read" in self.results:
@@ -442,7 +443,7 @@ def render(facts: dict[str, Any], args: argparse.Namespace, summary: dict[str, A
         "",
         f"  {'what':<10} {'rows':>10} {'rows/s':>34} {'s (median)':>11}",
     ]
-    labels = {FLOOR: "Spark alone: iterate the rows, no publish", "jssync": "jssync publish_partition", "naive": "naive sync js.publish per row", "nats-py": "nats-py publish_async, same msg ids as ours", "nats-py-bare": "nats-py publish_async, no msg ids (at least once)", "jssync-ds": "df.write.format('jetstream') (Arrow batches)", "read": "read.format('jetstream').count()", READ_DIRECT: "the same, the stream with allow_direct", READ_FLOOR: "Spark alone: a Python source yielding the same rows, tuples", READ_FLOOR_ARROW: "the same, as Arrow batches"}
+    labels = {FLOOR: "Spark alone: iterate the rows, no publish", "jssync": "jssync publish_partition", "naive": "naive sync js.publish per row", "nats-py": "nats-py publish_async, same msg ids as ours", "nats-py-bare": "nats-py publish_async, no msg ids (at least once)", "jssync-ds": "df.write.format('jetstream') (Arrow batches)", "read": "read.format('jetstream').count()", READ_DIRECT: "the same, directGet=true (batched direct gets)", READ_FLOOR: "Spark alone: a Python source yielding the same rows, tuples", READ_FLOOR_ARROW: "the same, as Arrow batches"}
     for what in (FLOOR, *WRITERS, "read", READ_DIRECT, READ_FLOOR, READ_FLOOR_ARROW):
         s = summary.get(what)
         if s is None:

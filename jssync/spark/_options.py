@@ -63,6 +63,7 @@ READ_OPTIONS: Final = (
     "maxRecordsPerTrigger",
     "failOnDataLoss",
     "fetchBatchSize",
+    "directGet",
     "partitionBy",
     "includeHeaders",
     "valueFormat",

@@ -282,6 +282,7 @@ class ReadOptions:
     fetch_batch: int | None = None
     partition_by: str = "sequence"
     include_headers: bool = True
+    direct_get: bool = False
     value_format: ValueFormat = "binary"
     value_fields: tuple[Field, ...] = ()
     mode: ParseMode = "PERMISSIVE"
@@ -390,6 +391,7 @@ class ReadOptions:
             fetch_batch=_positive_int(opts, "fetchBatchSize"),
             partition_by=partition_by,
             include_headers=_bool_opt(opts, "includeHeaders", True),
+            direct_get=_bool_opt(opts, "directGet", False),
             value_format=value_format,  # type: ignore[arg-type]
             value_fields=fields,
             mode=mode,  # type: ignore[arg-type]
@@ -941,17 +943,24 @@ message (:func:`_headers_dict`, :func:`_stamp_array`)."""
 
 
 def iter_range_records(
-    js: JetStream, stream: str, subjects: Sequence[str], start: int, end: int, batch: int | None = None
+    js: JetStream,
+    stream: str,
+    subjects: Sequence[str],
+    start: int,
+    end: int,
+    batch: int | None = None,
+    direct: bool = False,
 ) -> Generator[Record, None, None]:
-    """:func:`iter_range` as :data:`Record` tuples, read with batched direct gets
-    (:class:`jscore.directget.DirectRange`) when the stream has ``allow_direct`` and the filter
-    is at most one subject: no consumer on the server, one request per ``batch`` messages
-    (:data:`DIRECT_BATCH`). What direct gets cannot vouch for (a batch that ends before the
+    """:func:`iter_range` as :data:`Record` tuples. With ``direct`` (the ``directGet`` option),
+    read with batched direct gets (:class:`jscore.directget.DirectRange`) when the stream has
+    ``allow_direct`` and the filter is at most one subject: no consumer on the server, one
+    request per ``batch`` messages (:data:`DIRECT_BATCH`), about a third less client CPU per
+    message than an ordered consumer but about three times the server's. What direct gets cannot vouch for (a batch that ends before the
     range does, a reply from a mirror, a direct get that fails) is read from the stream's leader
     with an ordered consumer, from where the direct gets stopped."""
-    info = js.stream_info(stream, timeout=_INFO_TIMEOUT)
     cursor = start
-    if info.config.allow_direct and len(subjects) <= 1:
+    info = js.stream_info(stream, timeout=_INFO_TIMEOUT) if direct and len(subjects) <= 1 else None
+    if info is not None and info.config.allow_direct:
         plan = DG.DirectRange(stream, start, end, batch or DIRECT_BATCH)
         handle = Stream(js, info)
         subject = subjects[0] if subjects else None
@@ -996,7 +1005,10 @@ def _range_records(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> It
             first_seen: int | None = None
             own: tuple[str, ...] | None = getattr(part, "subjects", None)
             subjects = own if own is not None else ropts.subjects
-            for record in iter_range_records(js, stream, subjects, part.start, part.end, ropts.fetch_batch):
+            records = iter_range_records(
+                js, stream, subjects, part.start, part.end, ropts.fetch_batch, ropts.direct_get
+            )
+            for record in records:
                 if first_seen is None:
                     first_seen = record[3]
                     if check and first_seen > part.start:
@@ -1009,6 +1021,16 @@ def _range_records(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> It
             if failed and (client.is_closed or not client.is_connected):
                 # A broken connection must not serve the retry of this task.
                 discard_client(config, client)
+
+
+def _check_direct(ropts: ReadOptions, info: StreamInfo) -> None:
+    """``directGet`` needs a stream with ``allow_direct`` (:class:`InvalidOptionError`, on the
+    driver, before any task runs)."""
+    if ropts.direct_get and not info.config.allow_direct:
+        raise InvalidOptionError(
+            f"directGet: stream {ropts.stream!r} does not allow direct gets (its allow_direct is false); "
+            "set allow_direct on the stream, or leave directGet out to read with ordered consumers"
+        )
 
 
 def _check_loss(js: JetStream, stream: str, start: int) -> None:
@@ -1031,6 +1053,7 @@ class JetStreamBatchReader(DataSourceReader):
         with lease(self.config):
             js = get_jetstream(self.config)
             info = _stream_info(js, ropts.stream)
+            _check_direct(ropts, info)
             start = _resolve_start(js, ropts, info)
             counts = _subject_counts(js, ropts) if ropts.partition_by == "subject" else None
         first = _first_available(info)
@@ -1097,7 +1120,9 @@ class JetStreamStreamReader(DataSourceStreamReader, _AvailableNowBase):  # type:
 
     def _info(self) -> tuple[JetStream, StreamInfo]:
         js = get_jetstream(self.config)
-        return js, _stream_info(js, self.ropts.stream)
+        info = _stream_info(js, self.ropts.stream)
+        _check_direct(self.ropts, info)
+        return js, info
 
     def initialOffset(self) -> dict[str, int]:
         with lease(self.config):
@@ -1568,7 +1593,7 @@ class JetStreamDataSource(DataSource):
     ``tlsCaFile``, ``tlsCertFile``, ``tlsKeyFile``, ``connectTimeout``); reading: ``stream``
     (required), ``subjects``, ``startingOffsets``, ``startingTimestamp``, ``endingOffsets``
     (batch), ``minPartitions``, ``maxRecordsPerPartition``, ``partitionBy`` (batch),
-    ``maxRecordsPerTrigger`` (streaming), ``failOnDataLoss``, ``fetchBatchSize``,
+    ``maxRecordsPerTrigger`` (streaming), ``failOnDataLoss``, ``fetchBatchSize``, ``directGet``,
     ``includeHeaders``, ``valueFormat``, ``valueSchema``, ``mode``,
     ``columnNameOfCorruptRecord``, ``kvBucket``; writing: see :class:`WriteOptions`,
     ``writeId``, ``valueFormat`` and ``checkSubjects``. Kafka connector names with the same

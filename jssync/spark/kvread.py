@@ -55,7 +55,7 @@ GET_BATCH: Final = 1024
 _INFO_TIMEOUT: Final = 10.0
 # The options of a stream read that make no sense for a bucket's snapshot.
 _STREAM_ONLY: Final = ("stream", "subjects", "startingOffsets", "startingTimestamp", "endingOffsets",
-                       "maxRecordsPerTrigger", "failOnDataLoss", "fetchBatchSize")
+                       "maxRecordsPerTrigger", "failOnDataLoss", "fetchBatchSize", "directGet")
 
 
 def wants_kv_bucket(options: Mapping[str, str]) -> bool:

@@ -249,7 +249,8 @@ def test_batch_read_exact_rows_sequences_and_partitions(
     stored = _stored(js, names.stream)
     assert len(stored) == 298
 
-    df = _reader(ds_spark, nats_url, names.stream, minPartitions="4").load()
+    direct = {"directGet": "true"} if allow_direct else {}
+    df = _reader(ds_spark, nats_url, names.stream, minPartitions="4", **direct).load()
     assert df.schema.simpleString() == ds_spark.createDataFrame([], SCHEMA).schema.simpleString()
     assert df.rdd.getNumPartitions() == 4
     rows = df.collect()
@@ -264,27 +265,40 @@ def test_batch_read_exact_rows_sequences_and_partitions(
     assert round(got.timestamp() * 1_000_000) == want_ns // 1000  # truncated to µs, like StoredMsg.time
 
     # A subject filter: a sparse range, read by sequence; maxRecordsPerPartition splits it.
-    fdf = _reader(ds_spark, nats_url, names.stream, subjects=f"{subj}.a", maxRecordsPerPartition="100").load()
+    fdf = _reader(ds_spark, nats_url, names.stream, subjects=f"{subj}.a", maxRecordsPerPartition="100", **direct).load()
     assert fdf.rdd.getNumPartitions() == 3
     assert sorted(r.seq for r in fdf.collect()) == [s for s, sub, _ in stored if sub == f"{subj}.a"]
 
     # Start / end offsets (end exclusive), and a start by timestamp.
     part = _reader(
-        ds_spark, nats_url, names.stream, startingOffsets='{"seq": 40}', endingOffsets='{"seq": 61}'
+        ds_spark, nats_url, names.stream, startingOffsets='{"seq": 40}', endingOffsets='{"seq": 61}', **direct
     ).load()
     assert sorted(r.seq for r in part.collect()) == [s for s in range(40, 61) if s not in (50, 51)]
     # (exact: the stored nanosecond timestamps; the option is in epoch milliseconds)
     stamps = _stamps(js, names.stream)
     cut_ms = stamps[290] // 1_000_000
-    since = _reader(ds_spark, nats_url, names.stream, startingTimestamp=str(cut_ms)).load()
+    since = _reader(ds_spark, nats_url, names.stream, startingTimestamp=str(cut_ms), **direct).load()
     assert sorted(r.seq for r in since.collect()) == sorted(s for s, ns in stamps.items() if ns >= cut_ms * 1_000_000)
 
     # No server-side state left behind.
     assert list(js.stream(names.stream).consumer_names()) == []
 
 
-def _records(js: Any, stream: str, start: int, end: int, batch: int | None = None, subjects: tuple[str, ...] = ()) -> Any:
-    return [(seq, subject, data) for subject, data, _h, seq, _t in dsmod.iter_range_records(js, stream, subjects, start, end, batch)]
+def _records(
+    js: Any, stream: str, start: int, end: int, batch: int | None = None, subjects: tuple[str, ...] = (), direct: bool = True
+) -> Any:
+    records = dsmod.iter_range_records(js, stream, subjects, start, end, batch, direct)
+    return [(seq, subject, data) for subject, data, _h, seq, _t in records]
+
+
+def test_direct_get_option_needs_a_stream_that_allows_them(ds_spark: Any, nats_url: str, js: Any, names: Any) -> None:
+    js.create_stream(name=names.stream, subjects=[f"{names.subject}.>"])
+    js.publish(f"{names.subject}.x", b"m")
+    assert ReadOptions.from_options({"stream": "S", "directGet": "true"}, streaming=False).direct_get
+    with pytest.raises(Exception, match=r"directGet: stream .* does not allow direct gets"):
+        _reader(ds_spark, nats_url, names.stream, directGet="true").load().collect()
+    with pytest.raises(InvalidOptionError, match="directGet"):
+        ReadOptions.from_options({"stream": "S", "directGet": "sometimes"}, streaming=False)
 
 
 def test_direct_read_of_a_range_and_when_it_asks_the_leader(
@@ -309,7 +323,10 @@ def test_direct_read_of_a_range_and_when_it_asks_the_leader(
     assert _records(js, names.stream, 1, 60, batch=7) == want
     assert _records(js, names.stream, 11, 30) == want[10:30]
     assert ordered == [], "read with direct gets alone"
-    got = list(dsmod.iter_range_records(js, names.stream, (), 5, 6))
+    assert _records(js, names.stream, 1, 5, direct=False) == want[:5]
+    assert ordered == [(1, 5)], "without directGet: an ordered consumer, allow_direct or not"
+    ordered.clear()
+    got = list(dsmod.iter_range_records(js, names.stream, (), 5, 6, None, True))
     assert [(r[3], dsmod._headers_dict(r[2])) for r in got] == [(5, {"Nats-Msg-Id": ["id4"]}), (6, None)]
     stamps = _stamps(js, names.stream)
     assert [dsmod._stamp_value(r[4]).ns for r in got] == [stamps[5], stamps[6]], "the exact stored time"
@@ -395,7 +412,7 @@ def test_direct_read_of_messages_with_headers_named_like_the_servers(js: Any, na
     want = [(m[0], m[1], m[2]) for m in _stored(js, names.stream)]
     assert len(want) == 20
     assert _records(js, names.stream, 1, 20, batch=6) == want
-    got = list(dsmod.iter_range_records(js, names.stream, (), 3, 3))
+    got = list(dsmod.iter_range_records(js, names.stream, (), 3, 3, None, True))
     assert dsmod._headers_dict(got[0][2]) == {"Nats-Sequence": ["999"], "Nats-Subject": ["forged"], "Nats-Stream": ["OTHER"]}
     msg = js.stream(names.stream).direct_get(9)
     assert (msg.seq, msg.subject, msg.stream) == (9, f"{subj}.x", names.stream)
