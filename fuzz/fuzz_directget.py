@@ -156,7 +156,7 @@ def check_rows_agree(data: bytes, options: object) -> None:
         assert isinstance(msg, StoredMsg) and isinstance(row, tuple), (msg, row)
         subject, seq, payload, headers, stamp, stream = row
         assert (subject, seq, payload, stream) == (msg.subject, msg.seq, msg.data, msg.stream), (msg, row)
-        assert parse_nats_time(stamp) == msg.time, (stamp, msg.time)
+        assert (parse_nats_time(stamp) if isinstance(stamp, str) else stamp) == msg.time, (stamp, msg.time)
         if isinstance(headers, str):
             want: dict[str, list[str]] | None = None
             for k, v in msg.headers.items() if msg.headers is not None else ():

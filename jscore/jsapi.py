@@ -589,8 +589,12 @@ def stored_msg_from_direct(
         from .directget import classify_direct_status, direct_status_error  # (directget imports this module)
 
         raise direct_status_error(classify_direct_status(status, description), status, description)
-    return stored_msg_and_cursor(headers, data)[0]
+    return stored_msg_and_cursor(headers, data, batch=False)[0]
 
+
+# The headers the server appends to a single get's reply (a batch's replies get the cursor
+# headers too).
+_SINGLE_GET_HEADERS: Final = frozenset(("nats-stream", "nats-subject", "nats-sequence", "nats-time-stamp"))
 
 # Exact spellings of the server's headers, so that the common reply needs no str.lower().
 _DIRECT_GET_SPELLING: Final = {
@@ -612,12 +616,14 @@ DirectCursor = tuple[Union[str, None], Union[str, None], Union[str, None]]
 ``Nats-UpTo-Sequence`` headers (None where absent)."""
 
 
-StoredRow = tuple[str, int, bytes, Union[str, Headers, None], str, str]
+StoredRow = tuple[str, int, bytes, Union[str, Headers, None], Union[str, datetime], str]
 """A direct get reply as plain values, for bulk readers that build columns
 (:func:`stored_row_and_cursor`): subject, sequence, payload, the message's own headers, the time
-stamp as RFC 3339 text in UTC (``2026-11-28T11:15:52.794341572Z``) and the stream. The headers are
-the text of the own header lines when the reply was in the server's layout (``""``: none; see
-:func:`jscore.headers.header_lines_dict`), else a :class:`Headers` or None."""
+stored and the stream. When the reply was in the server's layout (the common case) the headers
+are the text of the own header lines (``""``: none; see
+:func:`jscore.headers.header_lines_dict`) and the time its RFC 3339 text in UTC
+(``2026-11-28T11:15:52.794341572Z``, checked); else a :class:`Headers` or None, and a
+:class:`~jscore.times.NatsTime`."""
 
 
 def stored_row_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredRow, DirectCursor]:
@@ -628,7 +634,7 @@ def stored_row_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredR
     if layout is None:
         msg, cursor = stored_msg_and_cursor(headers, data)
         assert msg.time is not None
-        return (msg.subject, msg.seq, data, msg.headers, _times.format_rfc3339(msg.time), msg.stream), cursor
+        return (msg.subject, msg.seq, data, msg.headers, msg.time, msg.stream), cursor
     own, stream, subject, seq_text, stamp, pending, last, up_to = layout
     assert own is not None and stream and subject and seq_text and stamp  # (the layout's groups)
     if not (seq_text.isascii() and seq_text.isdigit()):
@@ -640,16 +646,23 @@ def stored_row_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredR
     return (subject, int(seq_text), data, own, stamp, stream), (pending, last, up_to)
 
 
-def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredMsg, DirectCursor]:
+def stored_msg_and_cursor(
+    headers: Headers | None, data: bytes, *, batch: bool = True
+) -> tuple[StoredMsg, DirectCursor]:
     """The :class:`StoredMsg` of a direct get reply that is not a status, and the texts of its
     batch cursor headers (:data:`DirectCursor`). Header names are matched case-insensitively;
     the server appends its headers to the message's own, so the last value of each of its names
-    is the server's, and an earlier one stays among the message's own headers.
-    :class:`JetStreamError` when a header the message needs is missing or malformed."""
+    is the server's, and an earlier one stays among the message's own headers. The server
+    appends the cursor headers (``Nats-Num-Pending``, ``Nats-Last-Sequence``,
+    ``Nats-UpTo-Sequence``) only to a batch's replies: with ``batch=False`` (a single get) they
+    are the message's own. :class:`JetStreamError` when a header the message needs is missing
+    or malformed."""
     if headers is None:
         raise JetStreamError("invalid direct get reply: no headers")
     own_headers: Headers | None = None
     layout = headers._direct_layout()  # (the server's layout, read when the block was checked)
+    if layout is not None and not batch and (layout[5] is not None or layout[6] is not None or layout[7] is not None):
+        layout = None  # (cursor headers after a single get's: not the server's, read pair by pair)
     if layout is not None:
         own_lines, stream, subject, seq_text, stamp, pending, last, up_to = layout
         if own_lines:
@@ -662,13 +675,13 @@ def stored_msg_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredM
         items = headers.items()
         last_at: dict[str, int] = {}
         spelling = _DIRECT_GET_SPELLING
+        names = DIRECT_GET_HEADERS if batch else _SINGLE_GET_HEADERS
         for i, item in enumerate(items):
             key = spelling.get(item[0])
             if key is None:
                 key = item[0].lower()
-                if key not in DIRECT_GET_HEADERS:
-                    continue
-            last_at[key] = i
+            if key in names:
+                last_at[key] = i
         server = {key: items[i][1] for key, i in last_at.items()}
         if len(last_at) < len(items):
             servers = set(last_at.values())

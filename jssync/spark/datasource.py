@@ -628,22 +628,37 @@ def _loss_message(stream: str, start: int, first: int) -> str:
     )
 
 
-def _stamp_array(stamps: list[int | str], type_: Any) -> Any:
+def _stamp_array(stamps: list[int | str | datetime], type_: Any) -> Any:
     """The Arrow timestamp column (``type_``, microseconds in UTC, truncated) of a batch's times
-    (:data:`Record`): RFC 3339 texts are parsed by Arrow in one call, nanoseconds cast."""
+    (:data:`Record`). RFC 3339 texts, the common case, are parsed by Arrow in one call; the rest
+    (nanoseconds, datetimes, a mix, or times outside Arrow's nanosecond range or before 1970,
+    where its cast would round up) become microseconds one by one."""
     import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-    exact_type = pa.timestamp("ns", tz="UTC")
     if stamps and all(s.__class__ is str for s in stamps):
-        exact = pa.array(stamps, type=pa.string()).cast(exact_type)
-    else:  # (nanoseconds; texts among them when a direct read went on with an ordered consumer)
-        nanos = [s if isinstance(s, int) else unix_ns(parse_server_stamp(s)) for s in stamps]
-        exact = pa.array(nanos, type=exact_type)
-    return exact.cast(type_, safe=False)
+        try:
+            exact = pa.array(stamps, type=pa.string()).cast(pa.timestamp("ns", tz="UTC"))
+        except (pa.ArrowInvalid, OverflowError):
+            exact = None
+        if exact is not None and pc.min(exact.cast(pa.int64())).as_py() >= 0:
+            return exact.cast(type_, safe=False)
+    return pa.array([_micros(s) for s in stamps], type=type_)
 
 
-def _stamp_value(stamp: int | str) -> datetime:
-    return parse_server_stamp(stamp) if isinstance(stamp, str) else from_unix_ns(stamp)
+def _micros(stamp: int | str | datetime) -> int:
+    """Microseconds since the epoch, rounded down (as the microseconds of a datetime are)."""
+    if isinstance(stamp, int):
+        return stamp // 1000
+    return unix_ns(_stamp_value(stamp)) // 1000
+
+
+def _stamp_value(stamp: int | str | datetime) -> datetime:
+    if isinstance(stamp, str):
+        return parse_server_stamp(stamp)
+    if isinstance(stamp, int):
+        return from_unix_ns(stamp)
+    return stamp
 
 
 def _headers_dict(headers: Headers | str | None) -> dict[str, list[str]] | None:
@@ -759,7 +774,7 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
     datas: list[bytes] = []
     headers: list[dict[str, list[str]] | None] = []
     seqs: list[int] = []
-    stamps: list[int | str] = []
+    stamps: list[int | str | datetime] = []
 
     def batch() -> Any:
         n = len(seqs)
@@ -934,11 +949,11 @@ def read_partition(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> It
     return read_range_decoded(config, ropts, part)
 
 
-Record = tuple[str, bytes, "Headers | str | None", int, "int | str"]
+Record = tuple[str, bytes, "Headers | str | None", int, "int | str | datetime"]
 """A message read by a task: subject, payload, its own headers, stream sequence, time stored.
-From a direct get the headers are the text of the header lines and the time is RFC 3339 text
-(:data:`jscore.jsapi.StoredRow`); from an ordered consumer the time is in nanoseconds since the
-epoch (from the ack subject). The columns are built from them without a Python object per
+From a direct get the headers are usually the text of the header lines and the time RFC 3339
+text (:data:`jscore.jsapi.StoredRow`); from an ordered consumer the time is in nanoseconds since
+the epoch (from the ack subject). The columns are built from them without a Python object per
 message (:func:`_headers_dict`, :func:`_stamp_array`)."""
 
 

@@ -633,7 +633,7 @@ def test_direct_reply_as_a_row_of_plain_values() -> None:
     row2, cursor2 = jsapi.stored_row_and_cursor(odd, b"x")
     assert row2[:3] == row[:3] and row2[5] == row[5] and cursor2 == cursor
     assert row2[3] == Headers([("Nats-Msg-Id", "w-1-7")])
-    assert parse_nats_time(row2[4]) == msg.time, "the exact time, as RFC 3339 text"
+    assert row2[4] == msg.time, "the exact time (a NatsTime off the layout)"
 
 
 def test_direct_reply_of_a_message_with_headers_named_like_the_servers() -> None:
@@ -649,7 +649,26 @@ def test_direct_reply_of_a_message_with_headers_named_like_the_servers() -> None
         [("Nats-Sequence", "999"), ("nats-subject", "forged"), ("Nats-Time-Stamp", "2020-01-01T00:00:00Z"), ("X", "1")]
     )
     row, _ = jsapi.stored_row_and_cursor(headers, b"x")
-    assert row[:3] == ("$KV.b.k", 42, b"x") and row[3] == msg.headers and parse_nats_time(row[4]) == msg.time
+    assert row[:3] == ("$KV.b.k", 42, b"x") and row[3] == msg.headers and row[4] == msg.time
+
+
+def test_single_direct_get_keeps_the_messages_own_cursor_headers() -> None:
+    """The server appends Nats-Num-Pending, Nats-Last-Sequence and Nats-UpTo-Sequence only to a
+    batch's replies: in a single get's reply they are the message's own (a republished message
+    carries its origin's Nats-Last-Sequence)."""
+    core = [(k, v) for k, v in _SERVER_LINES if k in ("Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp")]
+    own = b"Nats-Last-Sequence: 12\r\nNats-Sequence: 13\r\n"
+    block = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in core)
+    headers, _, _ = parse_header_block(b"NATS/1.0\r\n" + own + block + b"\r\n")
+    msg = jsapi.stored_msg_from_direct(headers, b"x", None, None)
+    assert (msg.seq, msg.subject) == (42, "$KV.b.k")
+    assert msg.headers == Headers([("Nats-Last-Sequence", "12"), ("Nats-Sequence", "13")])
+    # A single get's reply in the server's layout with cursor headers after it (no server sends
+    # that): they are read as the message's own too.
+    odd, _, _ = parse_header_block(b"NATS/1.0\r\n" + block + b"Nats-Num-Pending: 3\r\n\r\n")
+    assert odd._direct_layout() is not None
+    assert jsapi.stored_msg_from_direct(odd, b"x", None, None).headers == Headers([("Nats-Num-Pending", "3")])
+    assert jsapi.stored_msg_and_cursor(odd, b"x")[1] == ("3", None, None), "a batch's reply: the cursor"
 
 
 @pytest.mark.parametrize(

@@ -355,9 +355,14 @@ def test_time_column_from_texts_nanoseconds_or_both() -> None:
     nanos = [unix_ns(parse_server_stamp(t)) for t in texts]
     want = [n // 1000 for n in nanos]
     us = pa.timestamp("us", tz="UTC")
-    for stamps in (texts, nanos, [texts[0], nanos[1]], [nanos[0], texts[1]]):
+    times = [parse_server_stamp(t) for t in texts]
+    for stamps in (texts, nanos, times, [texts[0], nanos[1]], [nanos[0], texts[1]], [times[0], texts[1]]):
         assert dsmod._stamp_array(stamps, us).cast(pa.int64()).to_pylist() == want, stamps
-    assert [dsmod._stamp_value(s).ns for s in (texts[0], nanos[0])] == [nanos[0], nanos[0]]
+    assert [dsmod._stamp_value(s).ns for s in (texts[0], nanos[0], times[0])] == [nanos[0]] * 3
+    # Outside Arrow's nanosecond range, and before 1970 (rounded down, as a datetime is).
+    odd = ["1969-12-31T23:59:59.9999995Z", "2300-01-01T00:00:00.5Z", "1600-01-01T00:00:00.1Z"]
+    got = dsmod._stamp_array(odd, us).cast(pa.int64()).to_pylist()
+    assert got == [unix_ns(parse_server_stamp(t)) // 1000 for t in odd] and got[0] == -1
 
 
 def test_direct_read_that_fails_goes_on_with_the_leader(js: Any, names: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -407,15 +412,20 @@ def test_direct_read_of_messages_with_headers_named_like_the_servers(js: Any, na
     subj = names.subject
     js.create_stream(name=names.stream, subjects=[f"{subj}.>"], allow_direct=True)
     for i in range(20):
-        own = {"Nats-Sequence": "999", "Nats-Subject": "forged", "Nats-Stream": "OTHER"} if i in (0, 2, 8) else None
+        own = {"Nats-Sequence": "999", "Nats-Subject": "forged", "Nats-Stream": "OTHER", "Nats-Last-Sequence": "7"} if i in (0, 2, 8) else None
         js.publish(f"{subj}.x", f"m{i}".encode(), headers=own)
     want = [(m[0], m[1], m[2]) for m in _stored(js, names.stream)]
     assert len(want) == 20
     assert _records(js, names.stream, 1, 20, batch=6) == want
     got = list(dsmod.iter_range_records(js, names.stream, (), 3, 3, None, True))
-    assert dsmod._headers_dict(got[0][2]) == {"Nats-Sequence": ["999"], "Nats-Subject": ["forged"], "Nats-Stream": ["OTHER"]}
-    msg = js.stream(names.stream).direct_get(9)
+    assert dsmod._headers_dict(got[0][2]) == {
+        "Nats-Sequence": ["999"], "Nats-Subject": ["forged"], "Nats-Stream": ["OTHER"], "Nats-Last-Sequence": ["7"]
+    }
+    msg = js.stream(names.stream).direct_get(9)  # (a single get: no cursor headers of the server's)
     assert (msg.seq, msg.subject, msg.stream) == (9, f"{subj}.x", names.stream)
+    assert msg.headers is not None and dict(msg.headers.items()) == {
+        "Nats-Sequence": "999", "Nats-Subject": "forged", "Nats-Stream": "OTHER", "Nats-Last-Sequence": "7"
+    }
 
 
 def test_direct_read_takes_no_reply_of_a_filtered_mirror(js: Any, names: Any) -> None:
