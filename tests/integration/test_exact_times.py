@@ -85,7 +85,16 @@ def _check_every_time_finds_its_message(nc: Client, replicas: int) -> None:
         assert c.cached_info.config.opt_start_time == by_direct[seq]
         # (a fetch ends at its first message: the long expiry only covers a new R3 consumer's
         # leader settling on a loaded machine)
-        [m] = list(c.fetch(1, expires=15.0))
+        started = time.monotonic()
+        got = list(c.fetch(1, expires=15.0))
+        if not got:  # (seen twice in CI on a 3-node cluster under load: say what the consumer saw)
+            info = c.info()
+            raise AssertionError(
+                f"no message from a consumer starting at seq {seq}'s time {by_direct[seq]!r} after "
+                f"{time.monotonic() - started:.1f} s: num_pending={info.num_pending}, "
+                f"delivered={info.delivered}, num_waiting={info.num_waiting}, cluster={info.cluster}"
+            )
+        [m] = got
         assert m.metadata.sequence.stream == seq
     print(f"{same_microsecond} of {N} messages shared a microsecond with the one before")
 
