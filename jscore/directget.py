@@ -664,8 +664,8 @@ class DirectRange:
     only from the stream itself, in increasing sequence order, and it hands the rest of the
     range to the leader (:attr:`fallback`: read it with an ordered consumer) when a batch comes
     back empty, or says nothing is left, before the end (the leader then decides whether the
-    end of the range was deleted or the responder was behind), or fails (:meth:`failed`). Reading the range again from
-    :attr:`cursor` + 1 loses nothing and repeats nothing."""
+    end of the range was deleted or the responder was behind), or fails (:meth:`failed`).
+    Reading the range again from :attr:`cursor` + 1 loses nothing and repeats nothing."""
 
     __slots__ = ("stream", "cursor", "end", "batch", "fallback", "done")
 

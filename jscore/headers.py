@@ -331,22 +331,23 @@ def parse_header_block(block: bytes) -> tuple[Headers, int | None, str | None]:
         if m is not None:
             layout = m.groups()
     if layout is not None or _COMMON_BLOCK.fullmatch(text) is not None:
-        headers = _new_headers(Headers)  # (what Headers() makes, without its __init__ call)
-        headers._pairs = []
-        headers._block = text
-        headers._layout = layout
-        return headers, None, None
+        return _checked_block(text, layout), None, None
     return _parse_general(text[:-4])
+
+
+def _checked_block(text: str, layout: tuple[str | None, ...] | None) -> Headers:
+    """Headers of a block of the common form, split on first use."""
+    headers = _new_headers(Headers)  # (what Headers() makes, without its __init__ call)
+    headers._pairs = []
+    headers._block = text
+    headers._layout = layout
+    return headers
 
 
 def headers_of_lines(lines: str) -> Headers:
     """The headers of header lines the parser checked (each ``Key: Value\\r\\n`` of its
     common form: the own lines of :meth:`Headers._direct_layout`), split on first use."""
-    headers = _new_headers(Headers)
-    headers._pairs = []
-    headers._block = "NATS/1.0\r\n" + lines + "\r\n"
-    headers._layout = None
-    return headers
+    return _checked_block("NATS/1.0\r\n" + lines + "\r\n", None)
 
 
 def header_lines_dict(lines: str) -> dict[str, list[str]] | None:

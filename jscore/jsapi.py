@@ -626,6 +626,13 @@ are the text of the own header lines (``""``: none; see
 :class:`~jscore.times.NatsTime`."""
 
 
+def _direct_seq(text: str) -> int:
+    """A direct get reply's Nats-Sequence (:class:`JetStreamError` unless ASCII digits)."""
+    if not (text.isascii() and text.isdigit()):
+        raise JetStreamError(f"invalid direct get reply: Nats-Sequence {text!r}")
+    return int(text)
+
+
 def stored_row_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredRow, DirectCursor]:
     """:func:`stored_msg_and_cursor` as a :data:`StoredRow`: the same checks, and the same
     errors, but no datetime, :class:`Headers` or :class:`StoredMsg` is made for a reply in the
@@ -637,13 +644,12 @@ def stored_row_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredR
         return (msg.subject, msg.seq, data, msg.headers, msg.time, msg.stream), cursor
     own, stream, subject, seq_text, stamp, pending, last, up_to = layout
     assert own is not None and stream and subject and seq_text and stamp  # (the layout's groups)
-    if not (seq_text.isascii() and seq_text.isdigit()):
-        raise JetStreamError(f"invalid direct get reply: Nats-Sequence {seq_text!r}")
+    seq = _direct_seq(seq_text)
     try:
         _times.check_server_stamp(stamp)
     except ValueError as exc:
         raise _time_error(stamp, exc) from None
-    return (subject, int(seq_text), data, own, stamp, stream), (pending, last, up_to)
+    return (subject, seq, data, own, stamp, stream), (pending, last, up_to)
 
 
 def stored_msg_and_cursor(
@@ -697,11 +703,10 @@ def stored_msg_and_cursor(
         read_time = _times.parse_nats_time
     if not stream or not subject or not seq_text or not stamp:
         raise JetStreamError(f"invalid direct get reply: missing Nats-* headers in {headers!r}")
-    if not (seq_text.isascii() and seq_text.isdigit()):
-        raise JetStreamError(f"invalid direct get reply: Nats-Sequence {seq_text!r}")
+    seq = _direct_seq(seq_text)
     try:
         time = read_time(stamp)
     except (ValueError, OverflowError) as exc:
         raise _time_error(stamp, exc) from None
-    msg = StoredMsg(subject=subject, seq=int(seq_text), data=data, headers=own_headers, time=time, stream=stream)
+    msg = StoredMsg(subject=subject, seq=seq, data=data, headers=own_headers, time=time, stream=stream)
     return msg, (pending, last, up_to)

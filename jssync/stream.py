@@ -225,16 +225,17 @@ class Stream:
     ) -> DirectRowIterator:
         """:meth:`direct_get_batch` from ``seq``, as a :class:`DirectRowIterator`."""
         options = DG.resolve_batch(seq, next_by_subject=next_by_subject, batch=batch, max_bytes=max_bytes)
-        subject = self._js._subjects.direct_get(self._name)
-        t = timeout if timeout is not None else self._js.timeout
-        machine = DG.DirectGetBatch(subject, options, timeout=t, now=_monotonic(), rows=True)
-        return DirectRowIterator(self._js.client, machine)
+        return DirectRowIterator(self._js.client, self._direct_machine(options, timeout, rows=True))
 
     def _direct_batch(self, options: DG.BatchOptions | DG.LastForOptions, timeout: float | None) -> DirectGetIterator:
+        return DirectGetIterator(self._js.client, self._direct_machine(options, timeout))
+
+    def _direct_machine(
+        self, options: DG.BatchOptions | DG.LastForOptions, timeout: float | None, rows: bool = False
+    ) -> DG.DirectGetBatch:
         subject = self._js._subjects.direct_get(self._name)
         t = timeout if timeout is not None else self._js.timeout
-        machine = DG.DirectGetBatch(subject, options, timeout=t, now=_monotonic())
-        return DirectGetIterator(self._js.client, machine)
+        return DG.DirectGetBatch(subject, options, timeout=t, now=_monotonic(), rows=rows)
 
     def delete_msg(self, seq: int, *, erase: bool = False, timeout: float | None = None) -> None:
         """Delete the message at ``seq`` (:class:`MsgNotFoundError` if there is none). With

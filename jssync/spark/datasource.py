@@ -160,9 +160,9 @@ asks for more partitions."""
 DEFAULT_FETCH_BATCH: Final = 1000
 """Messages per no-wait pull of a read task's ordered consumer."""
 DIRECT_BATCH: Final = 10_000
-"""Messages per batched direct get of a read task (a stream with ``allow_direct`` read whole or
-by one filter subject), unless ``fetchBatchSize`` says otherwise; each also stops at about
-:data:`DIRECT_MAX_BYTES`."""
+"""Messages per batched direct get of a read task (``directGet``: a stream with ``allow_direct``
+read whole or by one filter subject), unless ``fetchBatchSize`` says otherwise; each also stops
+at about :data:`DIRECT_MAX_BYTES`."""
 DIRECT_MAX_BYTES: Final = 8 * 1024 * 1024
 _MAX_EMPTY_RETRIES: Final = 50
 _INFO_TIMEOUT: Final = 10.0
