@@ -62,10 +62,10 @@ from .protocol import (
     check_publish_subject,
     check_queue_group,
     check_subscribe_subject,
-    encode_pub,
     encode_connect,
     encode_sub,
     encode_unsub,
+    split_frames,
     validated_subject,
 )
 
@@ -283,7 +283,9 @@ class Connection:
         self._parser = Parser()
         self.server_info: dict[str, Any] = {}
         self.max_payload = DEFAULT_MAX_PAYLOAD
-        self._out: list[bytes] = []
+        # The wire buffer: frames are appended as bytes, so a queued publish is no object of
+        # its own (each kept frame cost a fresh allocation and a free by the writer).
+        self._out = bytearray()
         self.out_bytes = 0  # bytes in _out, for the transport's high-water check
         self._pending: list[bytes] = []  # publishes held while not connected
         self._pending_size = 0
@@ -322,12 +324,13 @@ class Connection:
     def next_event(self) -> ev.Event | None:
         return self._events.popleft() if self._events else None
 
-    def data_to_send(self) -> bytes:
+    def data_to_send(self) -> bytes | bytearray:
+        """The bytes to write, in order; the caller owns what it gets (it is not reused)."""
         out = self._out
         if not out:
             return b""
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
+        data = out
+        self._out = bytearray()  # (the caller owns ``data`` now: no copy)
         self.out_bytes = 0
         self.stats.bytes_out += len(data)
         return data
@@ -358,7 +361,7 @@ class Connection:
     @property
     def pending_out(self) -> int:
         """Bytes waiting: queued for the socket plus buffered while disconnected."""
-        return sum(map(len, self._out)) + self._pending_size
+        return len(self._out) + self._pending_size
 
     def _check(self) -> None:
         if self._broken is not None:
@@ -387,7 +390,7 @@ class Connection:
                 else:
                     self._pings_out += 1
                     self._pings.append(None)
-                    self._out.append(PING)
+                    self._out += PING
                     timers["ping"] = now + self.options.ping_interval
         t = timers.get("reconnect")
         if t is not None and now >= t:
@@ -513,7 +516,7 @@ class Connection:
                 n = len(payload)
                 if n <= self.max_payload:
                     frame = PUB_FMT % (subj, n, payload)
-                    self._out.append(frame)
+                    self._out += frame
                     self.out_bytes += len(frame)
                     self.msgs_out += 1
                     return
@@ -525,7 +528,7 @@ class Connection:
         Returns False, queueing nothing, when not connected or too large: then use
         :meth:`publish`, which validates, buffers or raises."""
         if self.state is _CONNECTED and payload_len <= self.max_payload:
-            self._out.append(frame)
+            self._out += frame
             self.out_bytes += len(frame)
             self.msgs_out += 1
             return True
@@ -536,7 +539,7 @@ class Connection:
         the caller from a validated subject with a payload within :attr:`max_payload` (the bulk
         publisher checks both). False, queueing nothing, when not connected."""
         if self.state is _CONNECTED:
-            self._out.append(data)
+            self._out += data
             self.out_bytes += len(data)
             self.msgs_out += count
             return True
@@ -562,9 +565,9 @@ class Connection:
         subject cache (every ack subject is new)."""
         if len(payload) > self.max_payload:
             raise MaxPayloadError(f"payload of {len(payload)} bytes > max_payload {self.max_payload}")
-        frame = encode_pub(subject.encode(), None, payload)
-        if self.state is State.CONNECTED:
-            self._out.append(frame)
+        frame = PUB_FMT % (subject.encode(), len(payload), payload)
+        if self.state is _CONNECTED:
+            self._out += frame
             self.out_bytes += len(frame)
         else:
             self._buffer(frame)
@@ -608,7 +611,7 @@ class Connection:
             else:
                 frame = PUB_FMT % (subj, len(payload), payload)
         if self.state is State.CONNECTED:
-            self._out.append(frame)
+            self._out += frame
             self.out_bytes += len(frame)
         else:
             self._buffer(frame)
@@ -635,9 +638,9 @@ class Connection:
         self._next_sid += 1
         self._subs[sid] = _Sub(subj, q, max_msgs)
         if self.state is State.CONNECTED:
-            self._out.append(encode_sub(subj, q, sid))
+            self._out += encode_sub(subj, q, sid)
             if max_msgs is not None:
-                self._out.append(encode_unsub(sid, max_msgs))
+                self._out += encode_unsub(sid, max_msgs)
         return sid
 
     def unsubscribe(self, sid: int, max_msgs: int | None = None) -> None:
@@ -650,7 +653,7 @@ class Connection:
             self._forget_sub(sid)
             max_msgs = None
         if self.state is State.CONNECTED:
-            self._out.append(encode_unsub(sid, max_msgs))
+            self._out += encode_unsub(sid, max_msgs)
 
     def _forget_sub(self, sid: int) -> None:
         del self._subs[sid]
@@ -698,7 +701,7 @@ class Connection:
         self._next_flush += 1
         if self.state is State.CONNECTED:
             self._pings.append(token)
-            self._out.append(PING)
+            self._out += PING
         else:
             self._unsent_flushes.append(token)
         return token
@@ -815,7 +818,7 @@ class Connection:
     def _salvage_output(self) -> None:
         """Publishes still queued for a dead transport go back to the reconnect buffer."""
         if self._out:
-            kept = [f for f in self._out if f.startswith((b"PUB ", b"HPUB "))]
+            kept = [f for f in split_frames(self._out) if f.startswith((b"PUB ", b"HPUB "))]
             self._out.clear()
             self.out_bytes = 0
             if kept:
@@ -861,8 +864,8 @@ class Connection:
                 # Unusable credentials end this attempt before a byte of CONNECT is sent.
                 self._close_transport(exc)
                 return
-        self._out.append(encode_connect(fields))
-        self._out.append(PING)
+        self._out += encode_connect(fields)
+        self._out += PING
         self.state = State.AWAIT_PONG
 
     def _process(self, frames: Sequence[Any], now: float) -> None:
@@ -892,7 +895,7 @@ class Connection:
                     continue
                 events.append(frame)
             elif frame.__class__ is PingReceived:
-                self._out.append(PONG)
+                self._out += PONG
             elif frame.__class__ is PongReceived:
                 self._on_pong(now)
             elif frame.__class__ is InfoReceived:
@@ -925,9 +928,9 @@ class Connection:
         entry.lame_duck = False  # a server that came back is a normal candidate again
         out = self._out
         for sid, sub in self._subs.items():
-            out.append(encode_sub(sub.subject, sub.queue, sid))
+            out += encode_sub(sub.subject, sub.queue, sid)
             if sub.max_msgs is not None:
-                out.append(encode_unsub(sid, sub.max_msgs - sub.delivered))
+                out += encode_unsub(sid, sub.max_msgs - sub.delivered)
         if self._pending:
             kept = [f for f in self._pending if _frame_payload_size(f) <= self.max_payload]
             if len(kept) != len(self._pending):
@@ -937,12 +940,12 @@ class Connection:
                         reason=f"larger than the new server's max_payload {self.max_payload}",
                     )
                 )
-            out.extend(kept)
+            out += b"".join(kept)
             self._pending.clear()
             self._pending_size = 0
         for token in self._unsent_flushes:
             self._pings.append(token)
-            out.append(PING)
+            out += PING
         self._unsent_flushes.clear()
         self._pings_out = 0
         self._timers["ping"] = now + self.options.ping_interval

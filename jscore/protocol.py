@@ -46,6 +46,7 @@ __all__ = [
     "msg_id_frame_encoder",
     "encode_sub",
     "encode_unsub",
+    "split_frames",
     "PING",
     "PONG",
     "check_publish_subject",
@@ -482,6 +483,26 @@ def encode_unsub(sid: int, max_msgs: int | None = None) -> bytes:
     if max_msgs is not None:
         return b"UNSUB %d %d\r\n" % (sid, max_msgs)
     return b"UNSUB %d\r\n" % sid
+
+
+def split_frames(data: bytes | bytearray) -> list[bytes]:
+    """The whole frames of the client's own output, in order: the inverse of joining what the
+    encoders above (and :func:`encode_connect`, ``PING``, ``PONG``) build. A ``PUB``/``HPUB``
+    frame runs from its control line to the CRLF after its payload, whose size is the line's
+    last field; every other frame is one line. Raises ``ValueError`` on bytes that are not
+    such frames (the client never queues any)."""
+    frames: list[bytes] = []
+    pos, end = 0, len(data)
+    while pos < end:
+        stop = data.index(b"\r\n", pos) + 2
+        if data.startswith((b"PUB ", b"HPUB "), pos):
+            size = int(data[pos : stop - 2].rsplit(b" ", 1)[1])
+            stop += size + 2
+            if size < 0 or stop > end or data[stop - 2 : stop] != b"\r\n":
+                raise ValueError(f"a frame at offset {pos} is cut or malformed")
+        frames.append(bytes(data[pos:stop]))
+        pos = stop
+    return frames
 
 
 # --- subject validation -------------------------------------------------------------------

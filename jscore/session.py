@@ -185,7 +185,7 @@ class Session:
     def next_event(self) -> ev.Event | None:
         return self._events.popleft() if self._events else None
 
-    def data_to_send(self) -> bytes:
+    def data_to_send(self) -> bytes | bytearray:
         return self.conn.data_to_send()
 
     @property

@@ -43,7 +43,7 @@ from jscore.errors import (
     TimeoutError,
 )
 from jscore.headers import HeadersInput
-from jscore.protocol import PUB_FMT, MsgReceived, validated_subject
+from jscore.protocol import MsgReceived
 from jscore.session import Session, Sink
 from jscore.validate import check_optional_timeout, check_timeout
 
@@ -552,24 +552,23 @@ class Client:
         When more than 32 MiB wait for a slow socket, the call first waits (up to
         ``max(connect_timeout, 10)`` s) for the backlog to drain; a ``TimeoutError`` then means
         the message was NOT queued."""
-        if reply is None and headers is None and payload.__class__ is bytes and self._fork_gen == _fork_generation:
-            # Hot path: a subject validated before; the frame is built outside the lock. (The
-            # fork check comes first: after fork() the lock may be held by a parent's thread.)
-            subj = validated_subject(subject)
-            if subj is not None:
-                frame = PUB_FMT % (subj, len(payload), payload)
-                conn = self._conn
-                lock = self._lock
-                # acquire/release rather than ``with``: half the interpreter work per call here.
-                lock.acquire()
-                try:
-                    if conn.out_bytes + self._wbuf_len <= _HIGH_WATER and conn.publish_frame(frame, len(payload)):
-                        if self._io_idle:
-                            self._io_idle = False
-                            self._poke()
-                        return
-                finally:
-                    lock.release()
+        if self._fork_gen == _fork_generation:
+            # Hot path: one lock and one call into the core, which validates, builds the frame
+            # and queues it (or raises before queueing anything). (The fork check comes first:
+            # after fork() the lock may be held by a parent's thread.)
+            conn = self._conn
+            lock = self._lock
+            # acquire/release rather than ``with``: half the interpreter work per call here.
+            lock.acquire()
+            try:
+                if conn.out_bytes + self._wbuf_len <= _HIGH_WATER:
+                    conn.publish(subject, payload, reply, headers)
+                    if self._io_idle:
+                        self._io_idle = False
+                        self._poke()
+                    return
+            finally:
+                lock.release()
         self._publish(subject, payload, reply, headers)
 
     def _publish_to_reply(self, subject: str, payload: bytes, defer: bool = False) -> None:
@@ -578,12 +577,12 @@ class Client:
         the subject cache (every ack subject is new; caching them would evict the subjects of
         real publishers)."""
         if self._fork_gen == _fork_generation:
-            frame = PUB_FMT % (subject.encode(), len(payload), payload)
             conn = self._conn
             lock = self._lock
             lock.acquire()
             try:
-                if conn.out_bytes + self._wbuf_len <= _HIGH_WATER and conn.publish_frame(frame, len(payload)):
+                if conn.out_bytes + self._wbuf_len <= _HIGH_WATER:
+                    conn.publish_ack(subject, payload)
                     if defer:
                         # A consume's dispatcher acks: it writes the acks of a whole batch at
                         # once when it reports what it took (see jssync.pull), not one by one.
@@ -1299,7 +1298,7 @@ class Client:
             raise
         return sock
 
-    def _send_fresh(self, sock: socket.socket, data: bytes, wbuf: bytearray) -> bool:
+    def _send_fresh(self, sock: socket.socket, data: bytes | bytearray, wbuf: bytearray) -> bool:
         """One send of ``data`` (``wbuf`` is empty); the rest is kept in ``wbuf``."""
         try:
             n = sock.send(data)

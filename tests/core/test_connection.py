@@ -594,6 +594,31 @@ def test_publishes_not_taken_by_the_transport_are_resent_after_reconnect() -> No
     ]
 
 
+def test_only_the_unsent_publishes_are_salvaged_from_the_wire_buffer() -> None:
+    """The wire buffer is one run of bytes: the publishes in it are told from the control
+    frames between them by their sizes, even when a payload looks like frames of its own."""
+    h = Harness()
+    h.connect()
+    tricky = b"\r\nPING\r\nPUB a 1\r\nX\r\n"
+    h.conn.publish("a", tricky)
+    t = h.conn.flush()  # a PING between the publishes
+    sid = h.conn.subscribe("s")
+    h.conn.publish("a", b"2", reply="r", headers={"K": "v\r\nPUB"[:1]})
+    h.conn.unsubscribe(sid)
+    h.conn.publish("a", b"")
+    assert h.conn.pending_out > 0
+    events = h.lose(OSError("reset"))
+    assert not of(events, ev.PublishesDropped)
+    h.connect()
+    assert h.written() == [
+        ("PUB", "a", None, tricky),
+        ("HPUB", "a", "r", Headers({"K": "v"}), b"2"),
+        ("PUB", "a", None, b""),
+        ("PING",),  # the flush's PING, re-sent after the publishes it covers
+    ]
+    assert h.send(b"PONG\r\n") == [ev.FlushCompleted(token=t)]
+
+
 def test_flush_pending_at_disconnect_completes_after_reconnect() -> None:
     h = Harness()
     h.connect()

@@ -360,7 +360,7 @@ class ConnectionMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.closed)
     @rule(subject=st.sampled_from(["", "a b", "a\r\nPUB x 1", "a.>"]))
     def publish_bad_subject(self, subject: str) -> None:
-        out_before = list(self.conn._out)
+        out_before = bytes(self.conn._out)
         pending_before = list(self.conn._pending)
         try:
             self.conn.publish(subject, b"x")
@@ -407,7 +407,7 @@ class ConnectionMachine(RuleBasedStateMachine):
     def request(self, size: int) -> None:
         ident, payload = self._payload(size)
         state = self.conn.state
-        out_before = list(self.conn._out)
+        out_before = bytes(self.conn._out)
         try:
             token = self.conn.request("svc", payload)
         except ConnectionClosedError:

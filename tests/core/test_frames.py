@@ -25,7 +25,13 @@ from jscore.protocol import (
     check_publish_subject,
     encode_hpub,
     encode_pub,
+    PING,
+    PONG,
+    encode_connect,
+    encode_sub,
+    encode_unsub,
     msg_id_frame_encoder,
+    split_frames,
     validated_subject,
 )
 from jscore.publish import MSG_ID
@@ -246,6 +252,59 @@ def test_parser_reads_back_msg_id_frames(
     for msg, (i, p) in zip(msgs, frames):
         assert (msg.subject, msg.reply, msg.data) == (subject, f"{reply_prefix}.{i}", p)
         assert msg.headers == Headers([(MSG_ID, f"{id_prefix}{i}")])
+
+
+# --------------------------------------------------------------------------- split_frames
+
+
+def _one_frame(kind: int, subject: str, reply: str | None, payload: bytes, headers: list[tuple[str, str]]) -> bytes:
+    subj = check_publish_subject(subject)
+    rep = check_publish_subject(reply) if reply is not None else None
+    if kind == 0:
+        return encode_pub(subj, rep, payload)
+    if kind == 1:
+        return encode_hpub(subj, rep, encode_headers(headers or [("K", "v")]), payload)
+    if kind == 2:
+        return encode_sub(subj, rep, len(payload) + 1)
+    if kind == 3:
+        return encode_unsub(len(payload) + 1, len(headers) or None)
+    if kind == 4:
+        return encode_connect({"verbose": False, "name": subject})
+    return PING if kind == 5 else PONG
+
+
+@SETTINGS
+@given(
+    frames=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=6),
+            subjects,
+            st.none() | subjects,
+            # payloads that look like frames of their own must not fool the splitter
+            st.binary(max_size=60) | st.sampled_from([b"\r\nPUB x 1\r\nA\r\n", b"PING\r\n", b"\r\n\r\n"]),
+            st.lists(st.tuples(header_keys, header_values), max_size=2),
+        ),
+        max_size=12,
+    ),
+    cut=st.integers(min_value=1, max_value=40),
+)
+def test_split_frames_gives_back_the_frames_joined(
+    frames: list[tuple[int, str, str | None, bytes, list[tuple[str, str]]]], cut: int
+) -> None:
+    built = [_one_frame(*f) for f in frames]
+    wire = bytearray(b"".join(built))
+    assert split_frames(wire) == built
+    if built and built[-1].startswith((b"PUB ", b"HPUB ")):
+        with pytest.raises(ValueError):  # a PUB cut inside its payload is not a frame
+            split_frames(wire[: len(wire) - min(cut, len(built[-1]) - 1)])
+
+
+def test_split_frames_refuses_a_size_that_lies() -> None:
+    with pytest.raises(ValueError):
+        split_frames(b"PUB a 5\r\nabc\r\n")
+    with pytest.raises(ValueError):
+        split_frames(b"PUB a 1\r\nabc\r\n")
+    assert split_frames(b"PUB a 3\r\nabc\r\nPING\r\n") == [b"PUB a 3\r\nabc\r\n", PING]
 
 
 # --------------------------------------------------------------------------- the machine uses them
