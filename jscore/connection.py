@@ -209,6 +209,10 @@ def _redact(url: str) -> str:
 MAX_BACKLOG: Final = 64 * 1024 * 1024
 """Bytes queued for a server that does not read them, past which it is stale (see
 :meth:`Connection.check_backlog`): twice the level at which publishers are made to wait."""
+PUBLISH_HIGH_WATER: Final = 32 * 1024 * 1024
+"""Queued output above which a transport makes publishers wait (half of :data:`MAX_BACKLOG`);
+also what :meth:`Connection.submit` queues before it declines, until the transport sets
+:attr:`Connection.submit_room` from its own backlog."""
 
 
 class State(enum.Enum):
@@ -286,7 +290,11 @@ class Connection:
         # The wire buffer: frames are appended as bytes, so a queued publish is no object of
         # its own (each kept frame cost a fresh allocation and a free by the writer).
         self._out = bytearray()
-        self.out_bytes = 0  # bytes in _out, for the transport's high-water check
+        # Publishes queued by :meth:`submit` without the transport's lock, in order; moved into
+        # the wire buffer (or the reconnect buffer) by the next call that queues anything.
+        self._submitted = bytearray()
+        self._submitted_n: list[int] = []  # one entry per submitted frame, for msgs_out
+        self.submit_room = PUBLISH_HIGH_WATER
         self._pending: list[bytes] = []  # publishes held while not connected
         self._pending_size = 0
         self._subs: dict[int, _Sub] = {}
@@ -313,7 +321,7 @@ class Connection:
         self._requests: set[str] = set()
         self._next_token = 0
         self.stats = Stats()
-        self.msgs_out = 0  # kept outside Stats: updated on the publish hot path
+        self._msgs_out = 0  # kept outside Stats: updated on the publish hot path
 
     # ---------------------------------------------------------------- core contract
 
@@ -326,19 +334,30 @@ class Connection:
 
     def data_to_send(self) -> bytes | bytearray:
         """The bytes to write, in order; the caller owns what it gets (it is not reused)."""
+        if self._submitted:
+            self._take_submitted()
         out = self._out
         if not out:
             return b""
         data = out
         self._out = bytearray()  # (the caller owns ``data`` now: no copy)
-        self.out_bytes = 0
         self.stats.bytes_out += len(data)
         return data
 
     @property
     def has_work(self) -> bool:
         """Output or events are waiting for the transport."""
-        return bool(self._out) or bool(self._events)
+        return bool(self._out) or bool(self._events) or bool(self._submitted)
+
+    @property
+    def out_bytes(self) -> int:
+        """Bytes queued for the transport, for its high-water check."""
+        return len(self._out) + len(self._submitted)
+
+    @property
+    def msgs_out(self) -> int:
+        """Messages queued for the wire so far (all of them, sent or not yet)."""
+        return self._msgs_out + len(self._submitted_n)
 
     @property
     def is_connected(self) -> bool:
@@ -361,7 +380,7 @@ class Connection:
     @property
     def pending_out(self) -> int:
         """Bytes waiting: queued for the socket plus buffered while disconnected."""
-        return len(self._out) + self._pending_size
+        return len(self._out) + len(self._submitted) + self._pending_size
 
     def _check(self) -> None:
         if self._broken is not None:
@@ -375,6 +394,8 @@ class Connection:
 
     def handle_timeout(self, now: float) -> None:
         self._check()
+        if self._submitted:
+            self._take_submitted()
         timers = self._timers
         t = timers.get("connect")
         if t is not None and now >= t:
@@ -417,6 +438,8 @@ class Connection:
 
     def connection_lost(self, now: float, exc: Exception | None = None) -> None:
         self._check()
+        if self._submitted:
+            self._take_submitted()
         if self.state in (State.IDLE, State.WAITING, State.CLOSED):
             return
         error = self._pending_error or exc
@@ -463,6 +486,8 @@ class Connection:
 
     def receive_data(self, data: bytes, now: float) -> None:
         self._check()
+        if self._submitted:
+            self._take_submitted()
         if self.state not in _TRANSPORT_UP:
             return  # bytes after CloseRequested or from a dead transport: ignore
         try:
@@ -509,28 +534,85 @@ class Connection:
         headers: HeadersInput | None = None,
     ) -> None:
         """Queue a publish. Validates everything and raises before a byte is queued."""
+        if self._submitted:
+            self._take_submitted()
         # Fast path: connected, a subject validated before, bytes payload, no reply/headers.
         if reply is None and headers is None and self.state is _CONNECTED and payload.__class__ is bytes:
             subj = validated_subject(subject)
             if subj is not None:
                 n = len(payload)
                 if n <= self.max_payload:
-                    frame = PUB_FMT % (subj, n, payload)
-                    self._out += frame
-                    self.out_bytes += len(frame)
-                    self.msgs_out += 1
+                    self._out += PUB_FMT % (subj, n, payload)
+                    self._msgs_out += 1
                     return
         self._publish_checked(subject, payload, reply, headers)
+
+    def submit(self, subject: str, payload: bytes) -> bool:
+        """The transport's lock-free publish, the one call a transport may make WITHOUT the
+        lock that serializes every other call, from any thread (it relies on the GIL: its one
+        shared write is a single append to a bytearray).
+
+        Queues ``PUB subject payload`` and returns True when connected, the subject passed
+        :func:`check_publish_subject` before (its cache hit), the payload is bytes within
+        :attr:`max_payload` and fewer than :attr:`submit_room` bytes are submitted. Otherwise
+        returns False having queued nothing: then call :meth:`publish` under the lock, which
+        validates, buffers or raises. The frame joins the wire buffer at the next call that
+        queues anything (or :meth:`data_to_send`), before what that call queues, so the order
+        of one thread's calls is kept.
+
+        A connection closed (by another thread) between the check and the append raises
+        :class:`ConnectionClosedError`: the message may not have been sent."""
+        if self.state is _CONNECTED and payload.__class__ is bytes:
+            subj = validated_subject(subject)
+            if subj is not None:
+                n = len(payload)
+                queued = self._submitted
+                if n <= self.max_payload and len(queued) <= self.submit_room:
+                    queued += PUB_FMT % (subj, n, payload)
+                    self._submitted_n.append(n)
+                    if self.state is not _CONNECTED and self.is_closed:  # (re-read: another thread)
+                        raise ConnectionClosedError(
+                            "the connection closed during the publish; the message may not have been sent"
+                        )
+                    return True
+        return False
+
+    def _take_submitted(self) -> None:
+        """Move what :meth:`submit` queued to where a publish queued now would go. Every call
+        that queues output or leaves the connected state calls this first. Safe against a
+        concurrent :meth:`submit`: the bytes taken are copied, then deleted from the front (each
+        step atomic), so an append in between stays queued; ``_submitted_n`` may lag the bytes
+        by the frames in flight, which the next call counts."""
+        queued = self._submitted
+        size = len(queued)
+        chunk = bytes(queued[:size])
+        del queued[:size]
+        counts = self._submitted_n
+        n = len(counts)
+        del counts[:n]
+        if self.state is _CONNECTED:
+            self._out += chunk
+            self._msgs_out += n
+        elif self.state is State.CLOSED or self._closing_for_good:
+            # Where a publish now would raise: the frames are reported dropped.
+            self._events.append(ev.PublishesDropped(count=len(split_frames(chunk)), reason="the connection closed"))
+        else:
+            # Queued while connected, taken after the connection was lost: they wait for the
+            # next connection, after the publishes buffered before them.
+            self._pending += split_frames(chunk)
+            self._pending_size += size
+            self._msgs_out += n
 
     def publish_frame(self, frame: bytes, payload_len: int) -> bool:
         """The transport's hot path: queue a ``PUB`` frame the caller built from a subject that
         :func:`check_publish_subject` validated before (its cache hit) and a bytes payload.
         Returns False, queueing nothing, when not connected or too large: then use
         :meth:`publish`, which validates, buffers or raises."""
+        if self._submitted:
+            self._take_submitted()
         if self.state is _CONNECTED and payload_len <= self.max_payload:
             self._out += frame
-            self.out_bytes += len(frame)
-            self.msgs_out += 1
+            self._msgs_out += 1
             return True
         return False
 
@@ -538,10 +620,11 @@ class Connection:
         """Queue ``count`` complete ``PUB``/``HPUB`` frames joined into ``data``, each built by
         the caller from a validated subject with a payload within :attr:`max_payload` (the bulk
         publisher checks both). False, queueing nothing, when not connected."""
+        if self._submitted:
+            self._take_submitted()
         if self.state is _CONNECTED:
             self._out += data
-            self.out_bytes += len(data)
-            self.msgs_out += count
+            self._msgs_out += count
             return True
         return False
 
@@ -563,15 +646,16 @@ class Connection:
         """Publish to a reply subject the SERVER gave (an ack subject): it came out of the
         parser as one whitespace-free token, so it is not validated again nor remembered in the
         subject cache (every ack subject is new)."""
+        if self._submitted:
+            self._take_submitted()
         if len(payload) > self.max_payload:
             raise MaxPayloadError(f"payload of {len(payload)} bytes > max_payload {self.max_payload}")
         frame = PUB_FMT % (subject.encode(), len(payload), payload)
         if self.state is _CONNECTED:
             self._out += frame
-            self.out_bytes += len(frame)
         else:
             self._buffer(frame)
-        self.msgs_out += 1
+        self._msgs_out += 1
 
     def publish_inbox(self, subject: str, payload: bytes, reply: bytes, headers: HeadersInput | None = None) -> None:
         """:meth:`publish` with a reply subject built from an inbox prefix this machine gave
@@ -586,6 +670,8 @@ class Connection:
         headers: HeadersInput | None,
         reply_b: bytes | None = None,
     ) -> None:
+        if self._submitted:
+            self._take_submitted()
         subj = check_publish_subject(subject)
         rep = check_publish_subject(reply, "reply subject") if reply is not None else reply_b
         if not isinstance(payload, (bytes, bytearray, memoryview)):
@@ -612,10 +698,9 @@ class Connection:
                 frame = PUB_FMT % (subj, len(payload), payload)
         if self.state is State.CONNECTED:
             self._out += frame
-            self.out_bytes += len(frame)
         else:
             self._buffer(frame)
-        self.msgs_out += 1
+        self._msgs_out += 1
 
     def _buffer(self, frame: bytes) -> None:
         if self.state is State.CLOSED or self._closing_for_good:
@@ -630,6 +715,8 @@ class Connection:
 
     def subscribe(self, subject: str, queue: str | None = None, max_msgs: int | None = None) -> int:
         self._check_open()
+        if self._submitted:
+            self._take_submitted()
         subj = check_subscribe_subject(subject)
         q = check_queue_group(queue) if queue is not None else None
         if max_msgs is not None and max_msgs <= 0:
@@ -647,6 +734,8 @@ class Connection:
         sub = self._subs.get(sid)
         if sub is None:
             return
+        if self._submitted:
+            self._take_submitted()
         if max_msgs is not None and max_msgs > sub.delivered:
             sub.max_msgs = max_msgs
         else:
@@ -666,6 +755,8 @@ class Connection:
     def request(self, subject: str, payload: bytes = b"", headers: HeadersInput | None = None) -> str:
         """Publish a request whose reply comes back as ``ReplyReceived(token)``."""
         self._check_open()
+        if self._submitted:
+            self._take_submitted()  # (before the mark below: an undo must not take them out)
         self._next_token += 1
         token = _b36(self._next_token)
         if self._resp_sid is None:
@@ -697,6 +788,8 @@ class Connection:
     def flush(self) -> int:
         """Ask for a PONG after everything queued so far; ``FlushCompleted(token)`` follows."""
         self._check_open()
+        if self._submitted:
+            self._take_submitted()
         token = self._next_flush
         self._next_flush += 1
         if self.state is State.CONNECTED:
@@ -710,6 +803,8 @@ class Connection:
         """Close for good. Queued output is still handed to the transport before it closes."""
         if self.state is State.CLOSED or self._closing_for_good:
             return
+        if self._submitted:
+            self._take_submitted()
         self._closing_for_good = True
         self._close_error = None
         if self.state in _TRANSPORT_UP or self.state is State.DIALING:
@@ -791,6 +886,8 @@ class Connection:
         """Ask the transport to close; ``connection_lost`` continues from there."""
         if self.state in (State.CLOSING, State.CLOSED, State.WAITING, State.IDLE):
             return
+        if self._submitted:
+            self._take_submitted()
         self._pending_error = error
         self.state = State.CLOSING
         self._timers.pop("ping", None)
@@ -802,6 +899,8 @@ class Connection:
         self._finish_close()
 
     def _finish_close(self) -> None:
+        if self._submitted:
+            self._take_submitted()
         if self._pending:
             self._drop_pending("the connection closed")
         self._out.clear()
@@ -820,7 +919,6 @@ class Connection:
         if self._out:
             kept = [f for f in split_frames(self._out) if f.startswith((b"PUB ", b"HPUB "))]
             self._out.clear()
-            self.out_bytes = 0
             if kept:
                 self._pending[:0] = kept
                 self._pending_size += sum(map(len, kept))

@@ -25,6 +25,7 @@ import random
 import select
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, Union
 
 from jscore import events as ev
 from jscore import status
-from jscore.connection import MAX_BACKLOG, ConnectOptions, State
+from jscore.connection import MAX_BACKLOG, PUBLISH_HIGH_WATER, ConnectOptions, State
 from jscore.errors import (
     AuthorizationError,
     ClientForkedError,
@@ -60,8 +61,11 @@ EventCallback = Callable[[Any], None]
 
 _READ_SIZE: Final = 256 * 1024
 _READS_PER_TURN: Final = 4  # reads (of _READ_SIZE at most) per I/O-thread turn
-_HIGH_WATER: Final = 32 * 1024 * 1024  # queued output above which publishers wait
+_HIGH_WATER: Final = PUBLISH_HIGH_WATER  # queued output above which publishers wait
 _LOW_WATER: Final = 8 * 1024 * 1024
+# What Connection.submit (the publish without a lock) may queue: it relies on the GIL, so on a
+# build without one (free-threaded Python) it declines everything and publishes take the lock.
+_SUBMIT_CAP: Final = _HIGH_WATER if getattr(sys, "_is_gil_enabled", lambda: True)() else -(1 << 62)
 _DEFAULT_PENDING_MSGS: Final = 512 * 1024
 _DEFAULT_PENDING_BYTES: Final = 64 * 1024 * 1024
 _INF: Final = float("inf")
@@ -321,6 +325,7 @@ class Client:
             credentials=self._auth.credentials if self._auth is not None else None,
         )
         self._conn = self._session.conn
+        self._conn.submit_room = _SUBMIT_CAP
         self._pending_limit = pending_msgs_limit
         self._pending_bytes_limit = pending_bytes_limit
         self._on_event = on_event
@@ -552,23 +557,14 @@ class Client:
         When more than 32 MiB wait for a slow socket, the call first waits (up to
         ``max(connect_timeout, 10)`` s) for the backlog to drain; a ``TimeoutError`` then means
         the message was NOT queued."""
-        if self._fork_gen == _fork_generation:
-            # Hot path: one lock and one call into the core, which validates, builds the frame
-            # and queues it (or raises before queueing anything). (The fork check comes first:
-            # after fork() the lock may be held by a parent's thread.)
-            conn = self._conn
-            lock = self._lock
-            # acquire/release rather than ``with``: half the interpreter work per call here.
-            lock.acquire()
-            try:
-                if conn.out_bytes + self._wbuf_len <= _HIGH_WATER:
-                    conn.publish(subject, payload, reply, headers)
-                    if self._io_idle:
-                        self._io_idle = False
-                        self._poke()
-                    return
-            finally:
-                lock.release()
+        if reply is None and headers is None and self._fork_gen == _fork_generation and self._conn.submit(subject, payload):
+            # The hot path takes no lock: the core queues the frame with one atomic append (see
+            # Connection.submit) and we wake the I/O thread if it sleeps. (The fork check comes
+            # first: after fork() no I/O thread runs in the child.)
+            if self._io_idle:
+                self._io_idle = False
+                self._poke()
+            return
         self._publish(subject, payload, reply, headers)
 
     def _publish_to_reply(self, subject: str, payload: bytes, defer: bool = False) -> None:
@@ -1122,6 +1118,7 @@ class Client:
                     wbuf += data  # older unsent bytes go first
                     data = b""
                 self._wbuf_len = len(wbuf) + len(data)
+                conn.submit_room = _SUBMIT_CAP - self._wbuf_len
                 if self._wbuf_len > MAX_BACKLOG and session.check_backlog(self._wbuf_len, _monotonic()):
                     self._route_events(directives, notices)  # (the close it asked for)
                 closed = conn.state is State.CLOSED
@@ -1144,14 +1141,18 @@ class Client:
             elif wbuf and sock is not None and not self._write(sock, wbuf):
                 continue
             with lock:
+                # Idle first, then the last look for work: a publisher that appends without the
+                # lock (Client.publish) and then finds us not idle appended before this look.
+                self._io_idle = True
                 if session.has_work:
+                    self._io_idle = False
                     continue  # more output or events arrived while we were writing
                 self._wbuf_len = len(wbuf)
+                conn.submit_room = _SUBMIT_CAP - self._wbuf_len
                 if self._room_waiters and conn.out_bytes + len(wbuf) <= _LOW_WATER:
                     self._room.notify_all()
                 # From here on, a thread that queues output must wake us (unless we are
                 # only waiting for the socket to take what is already buffered).
-                self._io_idle = True
                 if self._reader:
                     # This turn may have settled what a leading caller waits for (see _lead).
                     with contextlib.suppress(OSError):

@@ -6,8 +6,9 @@ Invariants checked after every step:
 * no exception escapes except the documented typed errors of each call;
 * nothing is written while not connected except handshake bytes (CONNECT, PING, PONG);
 * a publish accepted while disconnected keeps the reconnect buffer within its limit;
-* the publish ledger: every accepted publish ends up written to the wire exactly once or
-  counted in a ``PublishesDropped`` event (checked after a final close);
+* the publish ledger: every accepted publish (by ``publish`` or the lock-free ``submit``) ends
+  up written to the wire exactly once, in the order accepted, or counted in a
+  ``PublishesDropped`` event (checked after a final close);
 * messages only for live subscriptions, never beyond ``max_msgs``; replies only for live
   requests; flushes complete in order, once;
 * ``next_deadline()`` is None or finite;
@@ -168,6 +169,7 @@ class ConnectionMachine(RuleBasedStateMachine):
                 ident = int(payload.split(b":", 1)[0])
                 assert ident in self.accepted, f"publish {ident} written but never accepted"
                 assert ident not in self.written, f"publish {ident} written twice"
+                assert not self.written or ident > self.written[-1], f"publish {ident} written after a later one"
                 self.written.append(ident)
 
     def server(self, data: bytes) -> None:
@@ -330,6 +332,13 @@ class ConnectionMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ application
 
+    def _take_submitted(self) -> None:
+        """What every queueing call does first (moving frames ``submit`` queued), done before a
+        rule's snapshot so that the snapshot compares only what the call itself queues."""
+        if self.conn._submitted:
+            self.conn._take_submitted()
+            self.after()
+
     def _payload(self, size: int) -> tuple[int, bytes]:
         ident = self.next_id
         self.next_id += 1
@@ -340,6 +349,7 @@ class ConnectionMachine(RuleBasedStateMachine):
     def publish(self, size: int, headers: bool, reply: bool) -> None:
         ident, payload = self._payload(size)
         state = self.conn.state
+        self._take_submitted()
         pending_before = self.conn._pending_size
         try:
             self.conn.publish("p", payload, "r.x" if reply else None, {"K": "v"} if headers else None)
@@ -357,9 +367,38 @@ class ConnectionMachine(RuleBasedStateMachine):
                 assert self.conn._pending_size <= self.limit, "the reconnect buffer went over its limit"
         self.after()
 
+    @rule(size=st.sampled_from([0, 10, 150, 1100, 3000]), room=st.sampled_from([None, None, 0, 200]))
+    def submit(self, size: int, room: int | None) -> None:
+        """The lock-free publish: accepted only while connected, then exactly like publish."""
+        ident, payload = self._payload(size)
+        if room is not None:
+            self.conn.submit_room = room
+        state = self.conn.state
+        queued_before = bytes(self.conn._submitted)
+        accepted = self.conn.submit("p", payload)
+        if accepted:
+            assert state is State.CONNECTED and len(payload) <= self.conn.max_payload
+            assert not self.closing, "submit accepted after close"
+            self.accepted.add(ident)
+        else:
+            assert bytes(self.conn._submitted) == queued_before, "a declined submit queued something"
+        self.after()
+
+    @precondition(lambda self: hasattr(self, "h") and not self.closed and self.conn.state is not State.CONNECTED)
+    @rule(size=st.sampled_from([0, 10, 150, 1100]))
+    def submit_raced(self, size: int) -> None:
+        """A submit on another thread that found the connection up and appended just after it
+        went down: the frame is taken into the reconnect buffer (or reported dropped)."""
+        ident, payload = self._payload(size)
+        self.conn._submitted += b"PUB p %d\r\n%s\r\n" % (len(payload), payload)
+        self.conn._submitted_n.append(len(payload))
+        self.accepted.add(ident)
+        self.after()
+
     @precondition(lambda self: not self.closed)
     @rule(subject=st.sampled_from(["", "a b", "a\r\nPUB x 1", "a.>"]))
     def publish_bad_subject(self, subject: str) -> None:
+        self._take_submitted()
         out_before = bytes(self.conn._out)
         pending_before = list(self.conn._pending)
         try:
@@ -406,6 +445,7 @@ class ConnectionMachine(RuleBasedStateMachine):
     @rule(size=st.sampled_from([0, 20, 1500]))
     def request(self, size: int) -> None:
         ident, payload = self._payload(size)
+        self._take_submitted()
         state = self.conn.state
         out_before = bytes(self.conn._out)
         try:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from jscore.session import Session
 from jssync import Client, Msg
 from jssync.server import NatsServer
 from tests.integration import clients, wait_until
@@ -183,3 +184,87 @@ def test_requests_keep_their_place_among_publishes(
     errors = _run_threads(worker, n_threads, 80)
     assert not errors, errors[:3]
     assert not bad, f"a request overtook the publish before it: {bad[:5]}"
+
+
+@pytest.mark.parametrize("slow_look", [False, True], ids=["plain", "switch-after-the-look"])
+def test_every_publish_leaves_without_a_flush(
+    nats_server: NatsServer, clients: Callable[..., Client], monkeypatch: pytest.MonkeyPatch, slow_look: bool
+) -> None:
+    """A publish takes no lock: it appends to the core's queue and wakes the I/O thread only
+    if that thread is idle. A wake-up lost between the I/O thread's last look for work and its
+    sleep would leave a message queued until something else woke it (the next keep-alive PING,
+    minutes later). Single messages from several threads, with pauses that let the I/O thread
+    park in between, must each arrive promptly without any flush. The second run makes every
+    look for work end with a thread switch, right where a lost wake-up would happen."""
+    if slow_look:
+        look = Session.has_work.fget
+        assert look is not None
+
+        def look_then_switch(session: Session) -> bool:
+            work = look(session)
+            time.sleep(0.0002)
+            return work
+
+        monkeypatch.setattr(Session, "has_work", property(look_then_switch))
+    nc = clients(nats_server.url)
+    reader = clients(nats_server.url)
+    arrived: dict[str, threading.Event] = {}
+    guard = threading.Lock()
+
+    def on_msg(msg: Msg) -> None:
+        with guard:
+            arrived[msg.data.decode()].set()
+
+    reader.subscribe("park.>", callback=on_msg)
+    reader.flush(timeout=2)
+
+    took: list[float] = []
+
+    def publisher(t: int) -> None:
+        for i in range(150):
+            key = f"{t}-{i}"
+            with guard:
+                arrived[key] = threading.Event()
+            start = time.monotonic()
+            nc.publish(f"park.{t}", key.encode())
+            if not arrived[key].wait(10.0):
+                raise AssertionError(f"message {key} did not leave within 10 s without a flush")
+            took.append(time.monotonic() - start)
+            time.sleep((i % 4) * 0.0005)
+
+    # (One publisher when every look switches threads: another one's publish would wake the
+    # I/O thread and hide a lost wake-up.)
+    errors = _run_threads(publisher, 1 if slow_look else 3, 100)
+    assert not errors, errors[:3]
+    # A lost wake-up waits for the I/O thread's next timer (about half a second here); a
+    # loaded machine may delay a message or two as much.
+    slow = [t for t in took if t > 0.25]
+    assert len(slow) <= 3, f"{len(slow)} of {len(took)} messages took over 0.25 s to leave: {slow[:10]}"
+
+
+def test_without_a_gil_publishes_take_the_lock(
+    nats_server: NatsServer, clients: Callable[..., Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a Python without a GIL the lock-free path must decline every publish (its one append
+    is atomic only under the GIL): everything then goes the locked way, and still arrives."""
+    import jssync.client as client_module
+
+    monkeypatch.setattr(client_module, "_SUBMIT_CAP", -(1 << 62))
+    nc = clients(nats_server.url)
+    reader = clients(nats_server.url)
+    sub = reader.subscribe("nogil.x")
+    reader.flush(timeout=2)
+    submit = nc._conn.submit
+    taken: list[bool] = []
+
+    def spy(subject: str, payload: bytes) -> bool:
+        taken.append(submit(subject, payload))
+        return taken[-1]
+
+    monkeypatch.setattr(nc._conn, "submit", spy)
+    for i in range(200):
+        nc.publish("nogil.x", b"%d" % i)
+    nc.flush(timeout=5)
+    assert [int(sub.next_msg(timeout=5).data) for _ in range(200)] == list(range(200))
+    assert taken and not any(taken), "the lock-free path took a publish"
+    assert nc.stats["msgs_out"] == 200
