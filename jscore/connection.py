@@ -577,6 +577,21 @@ class Connection:
                     return True
         return False
 
+    def submit_ack(self, subject: str, payload: bytes) -> bool:
+        """:meth:`submit` for a reply subject the SERVER gave (an ack subject, see
+        :meth:`publish_ack`): the same contract, without the lock; False (nothing queued) when
+        not connected, too large or past :attr:`submit_room`: then publish it under the lock."""
+        if self.state is _CONNECTED:
+            n = len(payload)
+            queued = self._submitted
+            if n <= self.max_payload and len(queued) <= self.submit_room:
+                queued += PUB_FMT % (subject.encode(), n, payload)
+                self._submitted_n.append(n)
+                if self.state is not _CONNECTED and self.is_closed:  # (as in submit)
+                    raise ConnectionClosedError("the connection closed during the ack; it may not have been sent")
+                return True
+        return False
+
     def _take_submitted(self) -> None:
         """Move what :meth:`submit` queued to where a publish queued now would go. Every call
         that queues output or leaves the connected state calls this first. Safe against a

@@ -572,23 +572,17 @@ class Client:
         parser as one whitespace-free token, so it is not validated again nor remembered in
         the subject cache (every ack subject is new; caching them would evict the subjects of
         real publishers)."""
-        if self._fork_gen == _fork_generation:
-            conn = self._conn
-            lock = self._lock
-            lock.acquire()
-            try:
-                if conn.out_bytes + self._wbuf_len <= _HIGH_WATER:
-                    conn.publish_ack(subject, payload)
-                    if defer:
-                        # A consume's dispatcher acks: it writes the acks of a whole batch at
-                        # once when it reports what it took (see jssync.pull), not one by one.
-                        self._deferred = True
-                    elif self._io_idle:
-                        self._io_idle = False
-                        self._poke()
-                    return
-            finally:
-                lock.release()
+        if self._fork_gen == _fork_generation and self._conn.submit_ack(subject, payload):
+            # No lock, as in publish. (Clearing ``_deferred`` under the lock cannot lose this
+            # ack: a flush that clears it after we set it first took the output, this ack too.)
+            if defer:
+                # A consume's dispatcher acks: it writes the acks of a whole batch at
+                # once when it reports what it took (see jssync.pull), not one by one.
+                self._deferred = True
+            elif self._io_idle:
+                self._io_idle = False
+                self._poke()
+            return
         self._publish(subject, payload, None, None)
 
     def _flush_deferred_locked(self) -> None:

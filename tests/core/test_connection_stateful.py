@@ -367,15 +367,20 @@ class ConnectionMachine(RuleBasedStateMachine):
                 assert self.conn._pending_size <= self.limit, "the reconnect buffer went over its limit"
         self.after()
 
-    @rule(size=st.sampled_from([0, 10, 150, 1100, 3000]), room=st.sampled_from([None, None, 0, 200]))
-    def submit(self, size: int, room: int | None) -> None:
-        """The lock-free publish: accepted only while connected, then exactly like publish."""
+    @rule(
+        size=st.sampled_from([0, 10, 150, 1100, 3000]),
+        room=st.sampled_from([None, None, 0, 200]),
+        ack=st.booleans(),
+    )
+    def submit(self, size: int, room: int | None, ack: bool) -> None:
+        """The lock-free publish (and ack): accepted only while connected, then exactly like
+        publish."""
         ident, payload = self._payload(size)
         if room is not None:
             self.conn.submit_room = room
         state = self.conn.state
         queued_before = bytes(self.conn._submitted)
-        accepted = self.conn.submit("p", payload)
+        accepted = self.conn.submit_ack("$JS.ACK.s.c.1.1.1.1.0", payload) if ack else self.conn.submit("p", payload)
         if accepted:
             assert state is State.CONNECTED and len(payload) <= self.conn.max_payload
             assert not self.closing, "submit accepted after close"
