@@ -290,6 +290,7 @@ class Connection:
         # The wire buffer: frames are appended as bytes, so a queued publish is no object of
         # its own (each kept frame cost a fresh allocation and a free by the writer).
         self._out = bytearray()
+        self.out_bytes = 0  # publish bytes in _out, for the transport's high-water check
         # Publishes queued by :meth:`submit` without the transport's lock, in order; moved into
         # the wire buffer (or the reconnect buffer) by the next call that queues anything.
         self._submitted = bytearray()
@@ -341,6 +342,7 @@ class Connection:
             return b""
         data = out
         self._out = bytearray()  # (the caller owns ``data`` now: no copy)
+        self.out_bytes = 0
         self.stats.bytes_out += len(data)
         return data
 
@@ -349,10 +351,12 @@ class Connection:
         """Output or events are waiting for the transport."""
         return bool(self._out) or bool(self._events) or bool(self._submitted)
 
+
     @property
-    def out_bytes(self) -> int:
-        """Bytes queued for the transport, for its high-water check."""
-        return len(self._out) + len(self._submitted)
+    def queued_bytes(self) -> int:
+        """Publish bytes waiting for the transport (in the wire buffer or submitted), for its
+        high-water check."""
+        return self.out_bytes + len(self._submitted)
 
     @property
     def msgs_out(self) -> int:
@@ -542,7 +546,9 @@ class Connection:
             if subj is not None:
                 n = len(payload)
                 if n <= self.max_payload:
-                    self._out += PUB_FMT % (subj, n, payload)
+                    frame = PUB_FMT % (subj, n, payload)
+                    self._out += frame
+                    self.out_bytes += len(frame)
                     self._msgs_out += 1
                     return
         self._publish_checked(subject, payload, reply, headers)
@@ -554,7 +560,8 @@ class Connection:
 
         Queues ``PUB subject payload`` and returns True when connected, the subject passed
         :func:`check_publish_subject` before (its cache hit), the payload is bytes within
-        :attr:`max_payload` and fewer than :attr:`submit_room` bytes are submitted. Otherwise
+        :attr:`max_payload` and at most :attr:`submit_room` publish bytes wait
+        (:attr:`queued_bytes`). Otherwise
         returns False having queued nothing: then call :meth:`publish` under the lock, which
         validates, buffers or raises. The frame joins the wire buffer at the next call that
         queues anything (or :meth:`data_to_send`), before what that call queues, so the order
@@ -567,7 +574,7 @@ class Connection:
             if subj is not None:
                 n = len(payload)
                 queued = self._submitted
-                if n <= self.max_payload and len(queued) <= self.submit_room:
+                if n <= self.max_payload and len(queued) + self.out_bytes <= self.submit_room:
                     queued += PUB_FMT % (subj, n, payload)
                     self._submitted_n.append(n)
                     if self.state is not _CONNECTED and self.is_closed:  # (re-read: another thread)
@@ -584,7 +591,7 @@ class Connection:
         if self.state is _CONNECTED:
             n = len(payload)
             queued = self._submitted
-            if n <= self.max_payload and len(queued) <= self.submit_room:
+            if n <= self.max_payload and len(queued) + self.out_bytes <= self.submit_room:
                 queued += PUB_FMT % (subject.encode(), n, payload)
                 self._submitted_n.append(n)
                 if self.state is not _CONNECTED and self.is_closed:  # (as in submit)
@@ -607,6 +614,7 @@ class Connection:
         del counts[:n]
         if self.state is _CONNECTED:
             self._out += chunk
+            self.out_bytes += size
             self._msgs_out += n
         elif self.state is State.CLOSED or self._closing_for_good:
             # Where a publish now would raise: the frames are reported dropped.
@@ -627,6 +635,7 @@ class Connection:
             self._take_submitted()
         if self.state is _CONNECTED and payload_len <= self.max_payload:
             self._out += frame
+            self.out_bytes += len(frame)
             self._msgs_out += 1
             return True
         return False
@@ -639,6 +648,7 @@ class Connection:
             self._take_submitted()
         if self.state is _CONNECTED:
             self._out += data
+            self.out_bytes += len(data)
             self._msgs_out += count
             return True
         return False
@@ -668,6 +678,7 @@ class Connection:
         frame = PUB_FMT % (subject.encode(), len(payload), payload)
         if self.state is _CONNECTED:
             self._out += frame
+            self.out_bytes += len(frame)
         else:
             self._buffer(frame)
         self._msgs_out += 1
@@ -713,6 +724,7 @@ class Connection:
                 frame = PUB_FMT % (subj, len(payload), payload)
         if self.state is State.CONNECTED:
             self._out += frame
+            self.out_bytes += len(frame)
         else:
             self._buffer(frame)
         self._msgs_out += 1
@@ -934,6 +946,7 @@ class Connection:
         if self._out:
             kept = [f for f in split_frames(self._out) if f.startswith((b"PUB ", b"HPUB "))]
             self._out.clear()
+            self.out_bytes = 0
             if kept:
                 self._pending[:0] = kept
                 self._pending_size += sum(map(len, kept))

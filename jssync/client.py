@@ -596,7 +596,7 @@ class Client:
         self._check_fork()
         conn = self._conn
         with self._lock:
-            if conn.out_bytes + self._wbuf_len > _HIGH_WATER:
+            if conn.queued_bytes + self._wbuf_len > _HIGH_WATER:
                 self._wait_for_room()
             conn.publish(subject, payload, reply, headers)
             if self._io_idle:
@@ -608,7 +608,7 @@ class Client:
         deadline = _monotonic() + max(self.options.connect_timeout, 10.0)
         self._room_waiters += 1
         try:
-            while self._conn.out_bytes + self._wbuf_len > _LOW_WATER and self._conn.is_connected:
+            while self._conn.queued_bytes + self._wbuf_len > _LOW_WATER and self._conn.is_connected:
                 remaining = deadline - _monotonic()
                 if remaining <= 0:
                     raise TimeoutError("the connection is not draining its output (slow network or server)")
@@ -1143,7 +1143,7 @@ class Client:
                     continue  # more output or events arrived while we were writing
                 self._wbuf_len = len(wbuf)
                 conn.submit_room = _SUBMIT_CAP - self._wbuf_len
-                if self._room_waiters and conn.out_bytes + len(wbuf) <= _LOW_WATER:
+                if self._room_waiters and conn.queued_bytes + len(wbuf) <= _LOW_WATER:
                     self._room.notify_all()
                 # From here on, a thread that queues output must wake us (unless we are
                 # only waiting for the socket to take what is already buffered).
@@ -1500,12 +1500,12 @@ class Shell:
     @property
     def backlog(self) -> int:
         """Bytes queued for the socket and not yet written."""
-        return self._client._conn.out_bytes + self._client._wbuf_len
+        return self._client._conn.queued_bytes + self._client._wbuf_len
 
     @property
     def congested(self) -> bool:
         """More than the high-water mark waits for the socket: publishers should wait."""
-        return self._client._conn.out_bytes + self._client._wbuf_len > _HIGH_WATER
+        return self._client._conn.queued_bytes + self._client._wbuf_len > _HIGH_WATER
 
     def wait_for_room_locked(self) -> None:
         """Block (with a timeout) while the socket is not draining the output."""
