@@ -299,6 +299,17 @@ def test_split_frames_gives_back_the_frames_joined(
             split_frames(wire[: len(wire) - min(cut, len(built[-1]) - 1)])
 
 
+@SETTINGS
+@given(data=st.binary(max_size=200) | st.lists(st.sampled_from([b"PUB a 3\r\n", b"abc", b"\r\n", b"HPUB a 2 5\r\n", b"PING\r\n", b"-1", b" "]), max_size=12).map(b"".join))
+def test_split_frames_of_any_bytes_is_exact_or_refuses(data: bytes) -> None:
+    try:
+        frames = split_frames(data)
+    except ValueError:
+        return
+    assert b"".join(frames) == data
+    assert all(f.endswith(b"\r\n") for f in frames)
+
+
 def test_split_frames_refuses_a_size_that_lies() -> None:
     with pytest.raises(ValueError):
         split_frames(b"PUB a 5\r\nabc\r\n")
