@@ -577,7 +577,7 @@ class Connection:
                 if n <= self.max_payload and len(queued) + self.out_bytes <= self.submit_room:
                     queued += PUB_FMT % (subj, n, payload)
                     self._submitted_n.append(n)
-                    if self.state is not _CONNECTED and self.is_closed:  # (re-read: another thread)
+                    if self.state is not _CONNECTED and self._closed_for_submit():  # (re-read: another thread)
                         raise ConnectionClosedError(
                             "the connection closed during the publish; the message may not have been sent"
                         )
@@ -594,10 +594,15 @@ class Connection:
             if n <= self.max_payload and len(queued) + self.out_bytes <= self.submit_room:
                 queued += PUB_FMT % (subject.encode(), n, payload)
                 self._submitted_n.append(n)
-                if self.state is not _CONNECTED and self.is_closed:  # (as in submit)
+                if self.state is not _CONNECTED and self._closed_for_submit():  # (as in submit)
                     raise ConnectionClosedError("the connection closed during the ack; it may not have been sent")
                 return True
         return False
+
+    def _closed_for_submit(self) -> bool:
+        """A submit that appended just now, after another thread began closing for good: its
+        frame is reported dropped or never taken (closed); either way it is not sent."""
+        return self.state is State.CLOSED or self._closing_for_good
 
     def _take_submitted(self) -> None:
         """Move what :meth:`submit` queued to where a publish queued now would go. Every call
@@ -607,24 +612,26 @@ class Connection:
         by the frames in flight, which the next call counts."""
         queued = self._submitted
         size = len(queued)
-        chunk = bytes(queued[:size])
+        chunk = queued[:size]
         del queued[:size]
         counts = self._submitted_n
         n = len(counts)
+        self._msgs_out += n  # (counted when submitted: before the del, so msgs_out never dips)
         del counts[:n]
         if self.state is _CONNECTED:
             self._out += chunk
             self.out_bytes += size
-            self._msgs_out += n
-        elif self.state is State.CLOSED or self._closing_for_good:
-            # Where a publish now would raise: the frames are reported dropped.
+        elif self.state is State.CLOSED:
+            pass  # appended after the close took the rest: their submit raised (see submit)
+        elif self._closing_for_good:
+            # Where a publish now would raise: the frames are reported dropped. (One that
+            # raced the close may also have raised in its submit: it is not sent either way.)
             self._events.append(ev.PublishesDropped(count=len(split_frames(chunk)), reason="the connection closed"))
         else:
             # Queued while connected, taken after the connection was lost: they wait for the
             # next connection, after the publishes buffered before them.
             self._pending += split_frames(chunk)
             self._pending_size += size
-            self._msgs_out += n
 
     def publish_frame(self, frame: bytes, payload_len: int) -> bool:
         """The transport's hot path: queue a ``PUB`` frame the caller built from a subject that
@@ -698,6 +705,17 @@ class Connection:
     ) -> None:
         if self._submitted:
             self._take_submitted()
+        self._queue_frame(self._checked_frame(subject, payload, reply, headers, reply_b))
+
+    def _checked_frame(
+        self,
+        subject: str,
+        payload: bytes,
+        reply: str | None,
+        headers: HeadersInput | None,
+        reply_b: bytes | None,
+    ) -> bytes:
+        """The frame of a publish, checked: raises on bad input, changes nothing."""
         subj = check_publish_subject(subject)
         rep = check_publish_subject(reply, "reply subject") if reply is not None else reply_b
         if not isinstance(payload, (bytes, bytearray, memoryview)):
@@ -722,6 +740,11 @@ class Connection:
                 frame = PUB_REPLY_FMT % (subj, rep, len(payload), payload)
             else:
                 frame = PUB_FMT % (subj, len(payload), payload)
+        return frame
+
+    def _queue_frame(self, frame: bytes) -> None:
+        """Queue a checked publish frame: on the wire when connected, else in the reconnect
+        buffer (which raises when full or closed, queueing nothing)."""
         if self.state is State.CONNECTED:
             self._out += frame
             self.out_bytes += len(frame)
@@ -783,19 +806,19 @@ class Connection:
         """Publish a request whose reply comes back as ``ReplyReceived(token)``."""
         self._check_open()
         if self._submitted:
-            self._take_submitted()  # (before the mark below: an undo must not take them out)
+            self._take_submitted()
         self._next_token += 1
         token = _b36(self._next_token)
         if self._resp_sid is None:
-            # The mux SUB must precede the first request's PUB, but a request that fails
-            # validation must leave the wire buffer untouched: undo the SUB on failure.
-            mark = len(self._out)
+            # The mux SUB must precede the first request's PUB, and a request that fails must
+            # leave the wire buffer untouched: the frame is checked before the SUB is queued.
+            # Queueing it fails only in the reconnect buffer, and then no SUB was written.
+            frame = self._checked_frame(subject, payload, None, headers, self._resp_prefix_b + token.encode())
             sid = self.subscribe(self._resp_prefix + "*")
             try:
-                self._publish_checked(subject, payload, None, headers, self._resp_prefix_b + token.encode())
+                self._queue_frame(frame)
             except BaseException:
                 del self._subs[sid]
-                del self._out[mark:]
                 raise
             self._resp_sid = sid
         else:
@@ -926,13 +949,16 @@ class Connection:
         self._finish_close()
 
     def _finish_close(self) -> None:
+        # (closing for good: what submit appended is reported dropped; a submit that appends
+        # after this take sees it and raises, and its frame is never taken)
         if self._submitted:
             self._take_submitted()
+        self.state = State.CLOSED
         if self._pending:
             self._drop_pending("the connection closed")
         self._out.clear()
+        self.out_bytes = 0
         self._timers.clear()
-        self.state = State.CLOSED
         self._requests.clear()
         self._events.append(ev.Closed(error=self._close_error))
 

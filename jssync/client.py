@@ -516,14 +516,17 @@ class Client:
 
     @property
     def stats(self) -> dict[str, int]:
-        s = self._conn.stats
-        return {
-            "msgs_in": s.msgs_in,
-            "bytes_in": s.bytes_in,
-            "msgs_out": self._conn.msgs_out,
-            "bytes_out": s.bytes_out,
-            "reconnects": s.reconnects,
-        }
+        # Under the lock (the core moves submitted publishes between two counters under it);
+        # after a fork the parent's lock may be held for good, and nothing moves any more.
+        with self._lock if self._fork_gen == _fork_generation else contextlib.nullcontext():
+            s = self._conn.stats
+            return {
+                "msgs_in": s.msgs_in,
+                "bytes_in": s.bytes_in,
+                "msgs_out": self._conn.msgs_out,
+                "bytes_out": s.bytes_out,
+                "reconnects": s.reconnects,
+            }
 
     @property
     def last_error(self) -> BaseException | None:
@@ -1107,6 +1110,10 @@ class Client:
                     self._spill.clear()
                 session.handle_timeout(_monotonic())
                 self._route_events(directives, notices)
+                # Publishers that take no lock keep appending while we take the output: the
+                # room they see must already count what we are about to hold, or they could
+                # queue a second room's worth before we set it again below.
+                conn.submit_room = _SUBMIT_CAP - len(wbuf) - conn.queued_bytes
                 data = conn.data_to_send()
                 if data and (wbuf or directives):
                     wbuf += data  # older unsent bytes go first

@@ -1305,3 +1305,84 @@ def test_a_host_with_control_or_space_characters_is_refused(url: str) -> None:
     """(found by the INFO fuzz target's hypothesis test: a gossiped '0\\x0c0' entered the pool)"""
     with pytest.raises(InvalidOptionError):
         parse_server_url(url, discovered=True)
+
+
+# --------------------------------------------------------------------------- submit (no lock)
+
+
+def _preempt_submit_with(monkeypatch: pytest.MonkeyPatch, other_thread: Any) -> None:
+    """Make the next submit run ``other_thread()`` between its checks and its append, as a
+    thread switch there would (submit looks the subject up right after its state check)."""
+    import jscore.connection as connection_module
+
+    real = connection_module.validated_subject
+    done = [False]
+
+    def switch(subject: str) -> bytes | None:
+        if not done[0]:
+            done[0] = True
+            other_thread()
+        return real(subject)
+
+    monkeypatch.setattr(connection_module, "validated_subject", switch)
+
+
+def test_submit_keeps_its_place_before_a_request_that_fails() -> None:
+    h = Harness()
+    h.connect()
+    h.conn.publish("sub.a", b"first")  # (the subject is validated, so submit takes the next)
+    assert h.conn.submit("sub.a", b"second")
+    with pytest.raises(MaxPayloadError):
+        h.conn.request("svc", b"x" * (h.conn.max_payload + 1))
+    assert h.conn.submit("sub.a", b"third")
+    h.conn.request("svc", b"q")
+    assert [f[3] if f[0] == "PUB" else f[0] for f in h.written()] == [b"first", b"second", b"third", "SUB", b"q"]
+    assert h.conn.msgs_out == 4
+
+
+def test_a_submit_that_appends_after_the_close_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    h = Harness()
+    h.connect()
+    h.conn.publish("sub.a", b"x")
+    h.written()
+
+    def close_for_good() -> None:
+        h.conn.close(0.0)
+        h.conn.data_to_send()
+        h.conn.connection_lost(0.0, None)
+
+    _preempt_submit_with(monkeypatch, close_for_good)
+    with pytest.raises(ConnectionClosedError):
+        h.conn.submit("sub.a", b"late")
+    events = h.pump()
+    assert isinstance(events[-1], ev.Closed), "nothing may follow Closed"
+    assert h.conn.data_to_send() == b"" and h.conn.next_event() is None
+
+
+def test_a_submit_that_appends_while_closing_raises_and_is_not_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    h = Harness()
+    h.connect()
+    h.conn.publish("sub.a", b"x")
+    h.written()
+    _preempt_submit_with(monkeypatch, lambda: h.conn.close(0.0))
+    with pytest.raises(ConnectionClosedError):
+        h.conn.submit("sub.a", b"late")
+    assert b"late" not in bytes(h.conn.data_to_send())
+    h.conn.connection_lost(0.0, None)
+    events = h.pump()
+    assert sum(e.count for e in events if isinstance(e, ev.PublishesDropped)) == 1
+    assert isinstance(events[-1], ev.Closed)
+
+
+def test_a_submit_that_appends_after_a_disconnect_waits_for_the_next_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = Harness()
+    h.connect()
+    h.conn.publish("sub.a", b"x")
+    h.written()
+    _preempt_submit_with(monkeypatch, lambda: h.lose(OSError("reset")))
+    assert h.conn.submit("sub.a", b"late")  # (accepted: it was connected when it checked)
+    h.conn.publish("sub.a", b"after")  # buffered behind it
+    h.connect()
+    assert [f[3] for f in h.written() if f[0] == "PUB"] == [b"late", b"after"]
