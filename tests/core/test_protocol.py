@@ -451,3 +451,27 @@ def test_a_subject_cached_as_valid_is_never_confused_with_a_bad_one() -> None:
     assert check_subscribe_subject("cache.>") == b"cache.>"
     with pytest.raises(BadSubjectError):
         check_publish_subject("cache.>")
+
+
+@pytest.mark.parametrize("frame", [b"MSG", b"HMSG"])
+def test_sids_are_checked_once_cached_and_still_refused_when_bad(frame: bytes) -> None:
+    """The parser keeps the sids it has seen (digits -> int); a cached sid must give the same
+    value, and a bad one must still be refused, before and after good ones."""
+
+    def one(sid: bytes) -> bytes:
+        if frame == b"MSG":
+            return b"MSG s %s r.1 1\r\nx\r\n" % sid
+        return b"HMSG s %s r.1 12 13\r\nNATS/1.0\r\n\r\nx\r\n" % sid
+
+    events = Parser().feed(one(b"41") + one(b"41") + one(b"041") + one(b"5"))
+    assert [e.sid for e in events] == [41, 41, 41, 5]  # type: ignore[union-attr]
+    assert all(e.reply == "r.1" for e in events)  # type: ignore[union-attr]
+    for bad in (b"4x", b"-1", b"\xd9\xa1"):
+        with pytest.raises(RemoteProtocolError, match=f"bad {frame.decode()} sid"):
+            Parser().feed(one(b"41") + one(bad))
+
+
+def test_a_reply_subject_that_is_not_utf8_is_refused() -> None:
+    for data in (b"MSG s 1 r.\xff 1\r\nx\r\n", b"HMSG s 1 r.\xff 12 13\r\nNATS/1.0\r\n\r\nx\r\n"):
+        with pytest.raises(RemoteProtocolError, match="reply subject is not valid UTF-8"):
+            Parser().feed(data)
