@@ -1046,6 +1046,7 @@ class Connection:
                     events.append(ev.SubscriptionEnded(sid=sid, error=None))
                     continue
                 events.append(frame)
+                continue  # (a message changes no state: the check below is for the other frames)
             elif frame.__class__ is PingReceived:
                 self._out += PONG
             elif frame.__class__ is PongReceived:
