@@ -351,7 +351,6 @@ class Connection:
         """Output or events are waiting for the transport."""
         return bool(self._out) or bool(self._events) or bool(self._submitted)
 
-
     @property
     def queued_bytes(self) -> int:
         """Publish bytes waiting for the transport (in the wire buffer or submitted), for its
@@ -618,15 +617,19 @@ class Connection:
         n = len(counts)
         self._msgs_out += n  # (counted when submitted: before the del, so msgs_out never dips)
         del counts[:n]
-        if self.state is _CONNECTED:
+        if self._closing_for_good:
+            # Where a publish now would raise (close() took what came before it, while still
+            # connected): the frames are reported dropped, never written after the close began.
+            # (One that raced the close may also have raised in its submit: it is not sent
+            # either way.) Once closed, what is left was appended after the last take: its
+            # submit raised, and nothing may follow Closed.
+            if self.state is not State.CLOSED:
+                self._events.append(
+                    ev.PublishesDropped(count=len(split_frames(chunk)), reason="the connection closed")
+                )
+        elif self.state is _CONNECTED:
             self._out += chunk
             self.out_bytes += size
-        elif self.state is State.CLOSED:
-            pass  # appended after the close took the rest: their submit raised (see submit)
-        elif self._closing_for_good:
-            # Where a publish now would raise: the frames are reported dropped. (One that
-            # raced the close may also have raised in its submit: it is not sent either way.)
-            self._events.append(ev.PublishesDropped(count=len(split_frames(chunk)), reason="the connection closed"))
         else:
             # Queued while connected, taken after the connection was lost: they wait for the
             # next connection, after the publishes buffered before them.
