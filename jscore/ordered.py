@@ -1088,7 +1088,8 @@ class OrderedMachine:
             if opts is None:  # too little time left for another pull
                 self._finish(OrderedEnd.DONE, None, now)
                 return
-            inner = FetchMachine(opts, now)
+            # (no re-send after a 503: the ordered consumer's own rule recreates its consumer)
+            inner = FetchMachine(opts, now, resend_on_no_responders=False)
         else:
             assert self._consume is not None
             inner = ConsumeMachine(

@@ -327,6 +327,13 @@ NO_WAIT_SILENCE: Final = 1.0
 (message or status) came for this long: a live server answers such a pull at once and without
 pauses, unless the consumer is at ``max_ack_pending`` (then it holds the pull, silent, until acks
 make room), so a second of silence means that, or a server or link that stopped answering."""
+FETCH_RESENDS: Final = 3
+"""How many times a fetch sends its pull again after a 503 (nobody received it) before it ends
+with :class:`PullNoRespondersError`; the first re-send waits :data:`FETCH_RESEND_BACKOFF`, each
+next one twice as long (0.35 s in all)."""
+FETCH_RESEND_BACKOFF: Final = 0.05
+MIN_RESEND_EXPIRES: Final = 0.05
+"""A fetch sends its pull again only while at least this much of its expiry is left."""
 DEFAULT_NO_RESPONDERS_LIMIT: Final = 3
 DEFAULT_NO_RESPONDERS_BACKOFF: Final = 1.0
 MAX_NO_RESPONDERS_BACKOFF: Final = 2.0
@@ -914,6 +921,8 @@ class _Machine:
 class FetchMachine(_Machine):
     """One fetch (or next): one pull, its messages, one :class:`FetchFinished`.
 
+    A pull nobody received (503) is sent again, at most :data:`FETCH_RESENDS` times, unless
+    ``resend_on_no_responders`` is False (the ordered consumer, which recreates its consumer).
     Ends when the batch count or byte total is reached, on a status that ends a pull (see
     the table's fetch column), when 2 x heartbeat pass without any message
     (:class:`NoHeartbeatError`), on its client timer (``client_timeout`` after the start, or
@@ -923,7 +932,7 @@ class FetchMachine(_Machine):
     late messages are counted in ``ignored``.
     """
 
-    def __init__(self, options: FetchOptions, now: float) -> None:
+    def __init__(self, options: FetchOptions, now: float, *, resend_on_no_responders: bool = True) -> None:
         super().__init__()
         self.options = options
         self.state = _RUNNING
@@ -939,19 +948,45 @@ class FetchMachine(_Machine):
         else:
             self._silence = 0.0
         self._last_seen = now
+        self._started = now
+        # A pull nobody received (503) is sent again: when, how often so far, what ends it.
+        self._resend_at: float | None = None
+        self._resends = 0 if resend_on_no_responders else FETCH_RESENDS
+        self._resend_error: NatsError | None = None
+        self._pull(options.expires, options.heartbeat)
+
+    def _pull(self, expires: float, heartbeat: float) -> None:
+        opts = self.options
         body = build_pull_request(
-            batch=options.batch,
-            max_bytes=options.max_bytes,
-            expires=options.expires,
-            heartbeat=options.heartbeat,
-            no_wait=options.no_wait,
-            group=options.group,
-            min_pending=options.min_pending,
-            min_ack_pending=options.min_ack_pending,
-            pin_id=options.pin_id,
-            priority=options.priority,
+            batch=opts.batch,
+            max_bytes=opts.max_bytes,
+            expires=expires,
+            heartbeat=heartbeat,
+            no_wait=opts.no_wait,
+            group=opts.group,
+            min_pending=opts.min_pending,
+            min_ack_pending=opts.min_ack_pending,
+            pin_id=opts.pin_id,
+            priority=opts.priority,
         )
-        self._events.append(PullRequested(body=body, batch=options.batch, max_bytes=options.max_bytes))
+        self._events.append(PullRequested(body=body, batch=opts.batch, max_bytes=opts.max_bytes))
+
+    def _room_at(self, at: float) -> tuple[float, float] | None:
+        """The expiry and heartbeat of the pull sent again at ``at``: what is left of the
+        fetch's expiry, and its heartbeat, lowered to half of that (none under
+        :data:`MIN_HEARTBEAT`: the server refuses a heartbeat over half the expiry). None when
+        there is no room for another pull: past the client timer, or under
+        :data:`MIN_RESEND_EXPIRES` of expiry left."""
+        opts = self.options
+        if at >= self._deadline:
+            return None
+        if opts.expires == 0:
+            return 0.0, 0.0
+        left = opts.expires - (at - self._started)
+        if left < MIN_RESEND_EXPIRES:
+            return None
+        heartbeat = min(opts.heartbeat, left / 2)
+        return left, (heartbeat if heartbeat >= MIN_HEARTBEAT else 0.0)
 
     @property
     def finished(self) -> bool:
@@ -960,9 +995,11 @@ class FetchMachine(_Machine):
     # ---------------------------------------------------------------- core contract
 
     def next_deadline(self) -> float | None:
-        """The client timer or the heartbeat deadline, whichever is first. Pure."""
+        """The client timer, the heartbeat deadline or a pull's re-send, whichever is first. Pure."""
         if self.state is _FINISHED:
             return None
+        if self._resend_at is not None:
+            return self._resend_at
         if self._hb_window:
             return min(self._deadline, self._last_seen + self._hb_window)
         if self._silence:
@@ -975,6 +1012,20 @@ class FetchMachine(_Machine):
             if self.state is _FINISHED:
                 return
             opts = self.options
+            if self._resend_at is not None:
+                if now < self._resend_at:
+                    return
+                self._resend_at = None
+                room = self._room_at(now)
+                if room is None:  # (the timer fired late: no room left)
+                    assert self._resend_error is not None
+                    self._finish(self._resend_error, "no responders", 503)
+                else:
+                    expires, heartbeat = room
+                    self._last_seen = now
+                    self._hb_window = 2 * heartbeat
+                    self._pull(expires, heartbeat)
+                return
             if now >= self._deadline:
                 # The server ends every pull itself (408 at expires, 404 for no_wait), so a
                 # client timer that runs out means a silent server or a lost answer: say so.
@@ -1025,7 +1076,7 @@ class FetchMachine(_Machine):
                 elif opts.max_bytes and self.delivered_bytes >= opts.max_bytes:
                     self._finish(None, "max_bytes reached", None, FetchEnd.BATCH_COMPLETE)
                 return
-            self._on_status(msg)
+            self._on_status(msg, now)
         except BaseException as exc:
             self._broken = exc
             raise
@@ -1060,13 +1111,25 @@ class FetchMachine(_Machine):
 
     # ---------------------------------------------------------------- internals
 
-    def _on_status(self, msg: MsgReceived) -> None:
+    def _on_status(self, msg: MsgReceived, now: float) -> None:
         code = msg.status
         assert code is not None
         desc = msg.description or ""
         rule = classify_status(code, desc)
         what = f"{code} {desc}".rstrip()
         match rule.fetch:
+            case D.RESEND_PULL:
+                # Nobody received the pull, so sending it again cannot deliver twice. On a
+                # cluster a consumer just created answers so until its leader's interest
+                # reaches this server; a consumer that is gone keeps answering so.
+                error = status_error(rule, code, desc)
+                at = now + FETCH_RESEND_BACKOFF * 2**self._resends
+                if self.delivered or self._resends >= FETCH_RESENDS or self._room_at(at) is None:
+                    self._finish(error, what, code)
+                else:
+                    self._resends += 1
+                    self._resend_at = at
+                    self._resend_error = error
             case D.HEARTBEAT:
                 pass
             case D.FLOW_CONTROL:

@@ -155,6 +155,7 @@ class Disposition(enum.Enum):
     END = "end"
     END_ERROR = "end_error"
     END_ERROR_IF_EMPTY = "end_error_if_empty"
+    RESEND_PULL = "resend_pull"
     # direct get (and requests: ERROR)
     END_OF_BATCH = "end_of_batch"
     EMPTY = "empty"
@@ -193,6 +194,9 @@ DISPOSITION_TEXT: Final[dict[Disposition, str]] = {
     D.END: "ends, no error",
     D.END_ERROR: "ends with the error",
     D.END_ERROR_IF_EMPTY: "ends; error only if no message arrived",
+    D.RESEND_PULL: "nobody received the pull, so it is sent again (the same pull, with what is left "
+    "of its expiry) after 50 ms, doubling, up to 3 times while that expiry leaves room for it; "
+    "then, or once a message arrived, ends with the error",
     D.END_OF_BATCH: "ends the request; its Nats-Num-Pending / Nats-Last-Sequence (and "
     "Nats-UpTo-Sequence) give the cursor; multi_last requests the next page while Nats-Num-Pending > 0",
     D.EMPTY: "ends, no error: nothing (more) matched; an empty iteration",
@@ -227,7 +231,9 @@ ALLOWED: Final[dict[Context, frozenset[Disposition]]] = {
             D.TERMINAL,
         }
     ),
-    Context.FETCH: frozenset({D.HEARTBEAT, D.FLOW_CONTROL, D.END, D.END_ERROR, D.END_ERROR_IF_EMPTY}),
+    Context.FETCH: frozenset(
+        {D.HEARTBEAT, D.FLOW_CONTROL, D.END, D.END_ERROR, D.END_ERROR_IF_EMPTY, D.RESEND_PULL}
+    ),
     Context.DIRECT_SINGLE: frozenset({D.ERROR}),
     Context.DIRECT_BATCH: frozenset({D.END_OF_BATCH, D.EMPTY, D.ERROR}),
     Context.PUBLISH: frozenset({D.RESEND, D.RESEND_WITH_MSG_ID, D.IN_PROCESS, D.REFUSED, D.PER_SUBJECT_LIMIT}),
@@ -389,9 +395,10 @@ STATUS_TABLE: Final[tuple[StatusRule, ...]] = (
           "A new pull carried a pin id that is not the pinned one; no pending headers."),
     _pull(423, "", D.CLEAR_PIN_REPULL, D.END_ERROR, PinIdMismatchError,
           "Any other 423 is read as a pin id mismatch."),
-    _pull(503, "", D.RETRY_BACKOFF, D.END_ERROR, PullNoRespondersError,
+    _pull(503, "", D.RETRY_BACKOFF, D.RESEND_PULL, PullNoRespondersError,
           "No responders: nothing serves the consumer's MSG.NEXT subject (consumer, stream or "
-          "JetStream gone or not ready)."),
+          "JetStream gone or not ready; on a cluster, a consumer just created can answer so for a "
+          "moment, until its leader's interest reaches this server)."),
     _pull(None, "", D.WARN_BACKOFF_REPULL, D.END_ERROR, PullStatusError,
           "Any other status code (e.g. 412 Required Api Level): unknown to this client; a consume "
           "recovers with backoff (ADR-37), a fetch ends."),

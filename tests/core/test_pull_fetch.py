@@ -12,6 +12,7 @@ from jscore.errors import (
     LocalProtocolError,
     MaxBytesExceededError,
     NoHeartbeatError,
+    PullNoRespondersError,
 )
 from jscore.pull import (
     BYTES_MODE_BATCH,
@@ -26,6 +27,9 @@ from jscore.pull import (
     PinIdChanged,
     PinIdCleared,
     PullRequested,
+    FETCH_RESEND_BACKOFF,
+    FETCH_RESENDS,
+    MIN_RESEND_EXPIRES,
     NO_WAIT_SILENCE,
     Stop,
     fetch_grace,
@@ -262,11 +266,15 @@ def test_every_end_is_typed() -> None:
     assert finished(m).end is FetchEnd.BATCH_COMPLETE
 
     for st_ in (status(408, "Request Timeout"), status(404, "No Messages"), status(409, "Consumer Deleted"),
-                status(423, "Nats-Pin-Id mismatch"), status(503)):
+                status(423, "Nats-Pin-Id mismatch")):
         m, _ = fetch(max_messages=5, expires=1)
         m.receive_msg(st_, 0.5)
         end = finished(m)
         assert end.end is FetchEnd.STATUS and end.server_ended and end.status == st_.status
+    m, _ = fetch(max_messages=5, expires=1)
+    m.receive_msg(status(503), 0.5)  # (sent again first: see the no-responders tests)
+    m.handle(Stop(), 0.51)
+    assert finished(m).end is FetchEnd.STOPPED
 
     m, _ = fetch(max_messages=5, expires=1)
     m.handle_timeout(1.25)
@@ -285,3 +293,113 @@ def test_every_end_is_typed() -> None:
         m.handle(cmd, 0.1)  # type: ignore[arg-type]
         end = finished(m)
         assert end.end is kind and not end.server_ended
+
+
+# ============================================================================ 503: nobody received the pull
+
+
+def resend_due(m: FetchMachine) -> float:
+    at = m.next_deadline()
+    assert at is not None
+    return at
+
+
+def test_a_pull_nobody_received_is_sent_again_with_what_is_left_of_its_expiry() -> None:
+    """On a cluster a consumer just created answers 503 until its leader's interest reaches the
+    client's server: the fetch sends the same pull again (nobody received it, so nothing can be
+    delivered twice), with the expiry it has left, and the client timer does not move."""
+    m, first = fetch(max_messages=5, expires=2)
+    deadline = 2 + fetch_grace(2)
+    assert body(first) == {"batch": 5, "expires": 2_000_000_000}
+    m.receive_msg(status(503), 0.1)
+    assert events(m) == [] and not m.finished
+    at = resend_due(m)
+    assert at == pytest.approx(0.1 + FETCH_RESEND_BACKOFF)
+    m.handle_timeout(at - 0.001)
+    assert events(m) == []
+    m.handle_timeout(at)
+    [again] = pulls(events(m))
+    assert body(again) == {"batch": 5, "expires": round((2 - at) * 1e9)}
+    m.receive_msg(user(), 0.2)
+    m.receive_msg(status(408, "Request Timeout"), 2.0)
+    evs = events(m)
+    assert len(delivered(evs)) == 1
+    [end] = of_type(evs, FetchFinished)
+    assert end.error is None and end.delivered == 1 and end.status == 408
+    # (the client timer was never moved by the re-send)
+    m2, _ = fetch(max_messages=5, expires=2)
+    m2.receive_msg(status(503), 0.1)
+    m2.handle_timeout(resend_due(m2))
+    events(m2)
+    assert m2.next_deadline() == pytest.approx(deadline)
+
+
+def test_no_responders_ends_the_fetch_after_the_last_resend() -> None:
+    m, _ = fetch(max_messages=5, expires=5)
+    now, gaps = 0.1, []
+    for _ in range(FETCH_RESENDS):
+        m.receive_msg(status(503), now)
+        at = resend_due(m)
+        gaps.append(round(at - now, 6))
+        m.handle_timeout(at)
+        assert len(pulls(events(m))) == 1
+        now = at + 0.001
+    assert gaps == [FETCH_RESEND_BACKOFF * 2**i for i in range(FETCH_RESENDS)]
+    m.receive_msg(status(503), now)
+    end = finished(m)
+    assert type(end.error) is PullNoRespondersError and end.end is FetchEnd.STATUS and end.status == 503
+    assert m.finished and m.next_deadline() is None
+
+
+def test_no_resend_once_a_message_arrived_or_without_room() -> None:
+    m, _ = fetch(max_messages=5, expires=5)
+    m.receive_msg(user(), 0.1)
+    m.receive_msg(status(503), 0.2)
+    end = finished(m)
+    assert type(end.error) is PullNoRespondersError and end.delivered == 1
+    # too little of the expiry left at the re-send: ends at once
+    m, _ = fetch(max_messages=5, expires=1)
+    m.receive_msg(status(503), 1 - FETCH_RESEND_BACKOFF - MIN_RESEND_EXPIRES + 0.001)
+    assert type(finished(m).error) is PullNoRespondersError
+    # a timer that fires too late for the re-send ends it then
+    m, _ = fetch(max_messages=5, expires=1)
+    m.receive_msg(status(503), 0.1)
+    m.handle_timeout(0.99)
+    end = finished(m)
+    assert type(end.error) is PullNoRespondersError and pulls([]) == []
+    # the ordered consumer's inner fetch does not re-send (it recreates its consumer)
+    inner = FetchMachine(resolve_fetch_options(max_messages=5, expires=5), 0.0, resend_on_no_responders=False)
+    events(inner)
+    inner.receive_msg(status(503), 0.1)
+    assert type(finished(inner).error) is PullNoRespondersError
+
+
+def test_a_resent_pull_lowers_its_heartbeat_to_fit() -> None:
+    """The server refuses a heartbeat over half the expiry: the re-sent pull halves what is
+    left, or goes without one under the minimum; the watchdog follows the pull it sent."""
+    m, first = fetch(max_messages=5, expires=10)
+    assert body(first)["idle_heartbeat"] == 5_000_000_000
+    m.receive_msg(status(503), 0.1)
+    m.handle_timeout(resend_due(m))
+    [again] = pulls(events(m))
+    b = body(again)
+    assert b["idle_heartbeat"] * 2 <= b["expires"] and b["idle_heartbeat"] > 4_900_000_000
+    m.receive_msg(heartbeat(), 0.2)
+    m.handle_timeout(0.2 + 2 * b["idle_heartbeat"] / 1e9 + 0.001)
+    assert finished(m).end is FetchEnd.HEARTBEAT_MISSED
+
+    m, _ = fetch(max_messages=5, expires=1.05, heartbeat=0.5)
+    m.receive_msg(status(503), 0.05)
+    m.handle_timeout(resend_due(m))
+    [again] = pulls(events(m))
+    assert "idle_heartbeat" not in body(again)
+    m.handle_timeout(0.9)  # (no watchdog now: nothing ends it before the server's 408)
+    assert events(m) == [] and not m.finished
+
+
+def test_a_no_wait_pull_is_sent_again_as_it_was() -> None:
+    m, first = fetch(max_messages=5, no_wait=True)
+    m.receive_msg(status(503), 0.01)
+    m.handle_timeout(resend_due(m))
+    [again] = pulls(events(m))
+    assert again.body == first.body

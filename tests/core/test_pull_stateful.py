@@ -23,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from jscore.errors import ConsumerNotFoundError
 from jscore.pull import (
+    FETCH_RESENDS,
     AckNext,
     AckNextRequested,
     ConnectionLost,
@@ -358,13 +359,19 @@ class FetchModel(RuleBasedStateMachine):
         self.m = FetchMachine(self.opts, self.now)
         self.n_delivered = 0
         self.ended = False
+        self.resend_due = False  # a 503 came before any message: the pull may go again
+        self.pulls = 1
         evs = self.m.drain_events()
         assert len(evs) == 1 and isinstance(evs[0], PullRequested)
 
     def absorb(self) -> None:
         for ev in self.m.drain_events():
-            assert not isinstance(ev, PullRequested), "a fetch pulls once"
-            if isinstance(ev, MessageDelivered):
+            if isinstance(ev, PullRequested):
+                assert self.resend_due and not self.ended, "a fetch pulls again only after a 503"
+                self.resend_due = False
+                self.pulls += 1
+                assert self.pulls <= 1 + FETCH_RESENDS
+            elif isinstance(ev, MessageDelivered):
                 assert not self.ended
                 self.n_delivered += 1
             elif isinstance(ev, FetchFinished):
@@ -383,7 +390,10 @@ class FetchModel(RuleBasedStateMachine):
         self.m.receive_msg(status(which[0], which[1], pending=n, pending_bytes=n), self.now)
         self.absorb()
         if was_running and which[0] != 100:
-            assert self.m.finished
+            if which[0] == 503 and not self.n_delivered and not self.m.finished:
+                self.resend_due = True  # (nobody received the pull: it is sent again)
+            else:
+                assert self.m.finished
 
     @rule(dt=st.floats(0.0, 5.0, allow_nan=False))
     def advance(self, dt: float) -> None:

@@ -88,6 +88,7 @@ def test_terminal_and_error_rows_name_an_error() -> None:
         ) or rule.fetch in (
             D.END_ERROR,
             D.END_ERROR_IF_EMPTY,
+            D.RESEND_PULL,
         ):
             assert rule.error is not None and issubclass(rule.error, JetStreamError), rule
 
@@ -176,7 +177,7 @@ EXPECTED: tuple[Expect, ...] = (
     Expect(423, "Nats-Wrong-Pin-Id", D.CLEAR_PIN_REPULL, D.END_ERROR, PinIdMismatchError, True),
     Expect(423, "Nats-Pin-Id mismatch", D.CLEAR_PIN_REPULL, D.END_ERROR, PinIdMismatchError, False),
     Expect(423, None, D.CLEAR_PIN_REPULL, D.END_ERROR, PinIdMismatchError, False),
-    Expect(503, None, D.RETRY_BACKOFF, D.END_ERROR, PullNoRespondersError, False),
+    Expect(503, None, D.RETRY_BACKOFF, D.RESEND_PULL, PullNoRespondersError, False),
     Expect(412, "Required Api Level", D.WARN_BACKOFF_REPULL, D.END_ERROR, PullStatusError, False),
     Expect(500, "Internal", D.WARN_BACKOFF_REPULL, D.END_ERROR, PullStatusError, False),
 )
@@ -351,12 +352,18 @@ def check_fetch(exp: Expect) -> None:
             expected = [FlowControlReplyRequested(reply="$JS.FC.S.C.x")] if d is D.FLOW_CONTROL else []
             assert evs == expected
             continue
+        if d is D.RESEND_PULL and not before:  # nobody received the pull: the same one again
+            assert evs == [] and not m.finished
+            m.handle_timeout(m.next_deadline() or 0.0)
+            [again] = pulls(events(m))
+            assert body(again)["id"] == "P1" and body(again)["batch"] == 5
+            continue
         [end] = of_type(evs, FetchFinished)
         assert evs[-1] is end and m.finished and m.next_deadline() is None
         assert (end.delivered, end.status) == (before, exp.code)
         if d is D.END or (d is D.END_ERROR_IF_EMPTY and before):
             assert end.error is None
-        elif d in (D.END_ERROR, D.END_ERROR_IF_EMPTY):
+        elif d in (D.END_ERROR, D.END_ERROR_IF_EMPTY, D.RESEND_PULL):
             assert exp.error is not None and type(end.error) is exp.error
         else:  # pragma: no cover
             pytest.fail(f"not a fetch disposition: {d}")

@@ -122,7 +122,7 @@ EXPECTED: tuple[Expect, ...] = (
     Expect(PULL, 423, "Nats-Wrong-Pin-Id", (D.CLEAR_PIN_REPULL, D.END_ERROR), PinIdMismatchError),
     Expect(PULL, 423, "Nats-Pin-Id mismatch", (D.CLEAR_PIN_REPULL, D.END_ERROR), PinIdMismatchError),
     Expect(PULL, 423, None, (D.CLEAR_PIN_REPULL, D.END_ERROR), PinIdMismatchError),
-    Expect(PULL, 503, None, (D.RETRY_BACKOFF, D.END_ERROR), PullNoRespondersError),
+    Expect(PULL, 503, None, (D.RETRY_BACKOFF, D.RESEND_PULL), PullNoRespondersError),
     Expect(PULL, 412, "Required Api Level", (D.WARN_BACKOFF_REPULL, D.END_ERROR), PullStatusError),
     # ---- direct get: (single, batch)
     Expect(DIRECT, 204, "EOB", (D.ERROR, D.END_OF_BATCH), None),

@@ -60,8 +60,9 @@ def _check_every_time_finds_its_message(nc: Client, replicas: int) -> None:
     by_direct = {m.seq: m.time for m in stream.direct_get_batch(seq=1, batch=N)}
     by_get = {seq: stream.get_msg(seq, direct=False).time for seq in (1, N // 2, N)}
     consumer = js.create_consumer(stream.name, durable_name="D", ack_policy="none")
-    by_meta = {m.metadata.sequence.stream: m.metadata.timestamp for m in consumer.fetch(N, expires=5.0)}
-    assert len(by_direct) == N and len(by_meta) == N
+    batch = consumer.fetch(N, expires=5.0)
+    by_meta = {m.metadata.sequence.stream: m.metadata.timestamp for m in batch}
+    assert len(by_direct) == N and len(by_meta) == N, (len(by_direct), len(by_meta), batch.error)
 
     same_microsecond = 0
     for seq in range(1, N + 1):

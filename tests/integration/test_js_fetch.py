@@ -20,6 +20,7 @@ from jscore.errors import (
     MaxBytesExceededError,
     MsgAlreadyAckedError,
     NoMessagesError,
+    PullNoRespondersError,
 )
 from jscore.models import StorageType
 from jssync import Client
@@ -306,6 +307,26 @@ def test_next_in_flight_consumer_deleted(env: PullEnv) -> None:
     assert isinstance(out.get("error"), ConsumerDeletedError), out
     assert out["at"] - t <= 1.0  # type: ignore[operator]
     assert pulls.count == 1
+
+
+@pytest.mark.timeout(20)
+def test_fetch_sends_a_pull_nobody_received_again_then_ends_typed(env: PullEnv) -> None:
+    """A 503 (no responders) means nobody received the pull: on a cluster a consumer just
+    created answers so until its leader's interest reaches this server, so a fetch sends the
+    same pull again three times (50, 100, 200 ms apart) before it ends with
+    PullNoRespondersError. Here the consumer is gone, so every one of them is answered 503."""
+    c = env.consumer("D")
+    env.js.delete_consumer(env.name, "D")
+    before = env.nc.stats
+    result = c.fetch(10, expires=5.0)
+    msgs, took = _timed(result.messages)
+    after = env.nc.stats
+    assert msgs == [] and isinstance(result.error, PullNoRespondersError)  # type: ignore[attr-defined]
+    assert after["msgs_out"] - before["msgs_out"] == 4  # the pull and three re-sends
+    assert after["msgs_in"] - before["msgs_in"] == 4  # each answered 503 by the server
+    assert 0.3 <= took < 3.0, took  # (the three waits between them: 0.35 s)
+    with pytest.raises(PullNoRespondersError):
+        c.next(timeout=5.0)
 
 
 # =============================================================================== 32: invalid options
