@@ -912,7 +912,43 @@ class NatsCluster:
                 continue
             break
         self.wait_healthy(max(0.5, deadline - time.monotonic()))
+        if self._jetstream and self._size > 1 and not self._config:  # (a config may ask for auth)
+            self.wait_placement(max(0.5, deadline - time.monotonic()))
         return self
+
+    def wait_placement(self, timeout: float = 30.0) -> None:
+        """Wait until the cluster can place a stream on every node.
+
+        ``/healthz`` answers 200 before the meta leader has heard from every peer; until then
+        creating a stream with as many replicas as nodes is refused ("no suitable peers for
+        placement, peer offline", err_code 10005) or JetStream is briefly unavailable. This
+        creates a small memory stream with one replica per node until the server accepts it,
+        then deletes it.
+        """
+        from jscore.errors import JetStreamAPIError, NatsError  # (the client is imported lazily:
+        from jscore.models import StorageType  # the server helpers work without it)
+
+        from .client import connect
+
+        deadline = time.monotonic() + timeout
+        name = f"JSSYNC_PLACEMENT_{os.getpid()}_{id(self)}"
+        last: BaseException | None = None
+        nc = connect(self.urls, connect_timeout=min(5.0, timeout), reconnect=False)
+        try:
+            js = nc.jetstream()
+            while True:
+                try:
+                    js.create_stream(name=name, storage=StorageType.MEMORY, num_replicas=self._size,
+                                     timeout=min(5.0, max(0.5, deadline - time.monotonic())))
+                    break
+                except (JetStreamAPIError, TimeoutError, NatsError) as exc:
+                    last = exc
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"the cluster cannot place a stream on all {self._size} nodes: {last}")
+                time.sleep(0.1)
+            js.delete_stream(name)
+        finally:
+            nc.close()
 
     def wait_healthy(self, timeout: float = 30.0, nodes: Sequence[int] | None = None) -> None:
         """Wait until ``/healthz`` is 200 on every running node (or on ``nodes``)."""

@@ -385,6 +385,9 @@ def test_cluster_forms_and_serves_jetstream(nats_cluster: NatsCluster, raw_clien
     c.connect()
     info = c.js("INFO")
     assert info["type"] == "io.nats.jetstream.api.v1.account_info_response", info
+    # start() waited until an R3 stream could be placed (its probe stream is gone again), so
+    # this create is not refused with "no suitable peers for placement" (err_code 10005)
+    assert not c.js("STREAM.NAMES").get("streams"), "the placement probe left its stream"
     created = c.js("STREAM.CREATE.R3", {"name": "R3", "subjects": ["r3.>"], "num_replicas": 3})
     assert "error" not in created, created
     assert len(created["cluster"]["replicas"]) == 2
