@@ -175,6 +175,31 @@ def test_round_trip_property(
     assert format_ack_subject(m) == subject
 
 
+def _outcome(parse: object, subject: str) -> object:
+    try:
+        return parse(subject)  # type: ignore[operator]
+    except NotJetStreamMessageError as exc:
+        return ("error", str(exc))
+
+
+_ack_chars = st.sampled_from(list("$JSACK.0123456789-_ab\u00b2\u0661+ \t")) | st.characters()
+
+
+@given(
+    st.one_of(
+        st.text(_ack_chars, max_size=60),
+        st.lists(st.text(_ack_chars, max_size=22), min_size=7, max_size=8).map(lambda t: "$JS.ACK." + ".".join(t)),
+        st.lists(st.sampled_from(["0", "1", "01", "18446744073709551615", "18446744073709551616", "99999999999999999999",
+                                  "123456789012345678901", "", "x", "1.2"]), min_size=5, max_size=5)
+        .map(lambda t: "$JS.ACK.S.C." + ".".join(t)),
+    )
+)
+def test_the_one_match_of_the_v1_form_agrees_with_the_general_parse(subject: str) -> None:
+    """parse_ack_subject reads a v1 subject with one match; whatever it gets, the token-by-token
+    parse (both forms, and the errors) gives the same metadata or the same error."""
+    assert _outcome(parse_ack_subject, subject) == _outcome(jsmsg._parse_split, subject)
+
+
 def test_metadata_struct() -> None:
     ts = datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc)
     m = MsgMetadata("S", "C", None, 1, 0, ts, sequence=SequencePair(stream=5, consumer=6))
