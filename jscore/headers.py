@@ -365,6 +365,27 @@ def header_lines_dict(lines: str) -> dict[str, list[str]] | None:
     return out
 
 
+def headers_dict(headers: Headers) -> dict[str, list[str]] | None:
+    """The values of ``headers`` by key, in order, each key exactly as sent (two spellings of a
+    name are two keys, as in :meth:`Headers.items`); None for none. Headers the parser checked and nobody split yet are read straight
+    from their block text, without making the pairs (a bulk reader's column)."""
+    block = headers._block
+    if block is not None:
+        found = _COMMON_LINE.findall(block, _FIRST_LINE)
+    else:
+        found = headers._pairs
+    if not found:
+        return None
+    out: dict[str, list[str]] = {}
+    for key, value in found:
+        have = out.get(key)
+        if have is None:
+            out[key] = [value]
+        else:
+            have.append(value)
+    return out
+
+
 def _parse_general(text: str) -> tuple[Headers, int | None, str | None]:
     """:func:`parse_header_block` of any block (its text without the closing CRLF CRLF)."""
     lines = text.split("\r\n")

@@ -63,7 +63,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
 
 from jscore import directget as DG
 from jscore.errors import InvalidOptionError, JetStreamError, MsgNotFoundError, NatsError, NoMessagesError
-from jscore.headers import Headers, header_lines_dict
+from jscore.headers import Headers, header_lines_dict, headers_dict
 from jscore.times import from_unix_ns, parse_server_stamp, unix_ns
 from jssync.stream import Stream
 
@@ -664,12 +664,9 @@ def _stamp_value(stamp: int | str | datetime) -> datetime:
 def _headers_dict(headers: Headers | str | None) -> dict[str, list[str]] | None:
     if isinstance(headers, str):
         return header_lines_dict(headers)
-    if not headers:
+    if headers is None:
         return None
-    out: dict[str, list[str]] = {}
-    for key, value in headers.items():
-        out.setdefault(key, []).append(value)
-    return out
+    return headers_dict(headers)
 
 
 def iter_range(

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from jscore.errors import BadHeaderError, RemoteProtocolError
 from jscore.headers import (
+    headers_dict,
     Headers,
     HeadersInput,
     encode_headers,
@@ -324,6 +325,25 @@ def test_round_trip_encode_parse(pairs: list[tuple[str, str]]) -> None:
     assert headers.items() == pairs
     assert headers == Headers(pairs)
     assert encode_headers(headers) == block
+
+
+def _by_key(pairs: list[tuple[str, str]]) -> dict[str, list[str]] | None:
+    out: dict[str, list[str]] = {}
+    for key, value in pairs:
+        out.setdefault(key, []).append(value)
+    return out or None
+
+
+@SETTINGS
+@given(st.lists(st.tuples(_keys, _values), max_size=8), st.booleans())
+def test_headers_dict_reads_a_block_as_its_pairs(pairs: list[tuple[str, str]], split_first: bool) -> None:
+    """headers_dict (a bulk reader's column) gives the pairs by key, keys as sent, whether the
+    parsed block was split already or not, and for headers built by hand."""
+    headers, _, _ = parse_header_block(encode_headers(pairs))
+    if split_first:
+        headers.items()
+    assert headers_dict(headers) == _by_key(pairs)
+    assert headers_dict(Headers(pairs)) == _by_key(pairs)
 
 
 # --------------------------------------------------------------------------- the fast path
