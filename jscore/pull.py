@@ -234,7 +234,9 @@ def build_pull_request(
             _fail(f"heartbeat must be >= 0 seconds, got {heartbeat!r}")
         if 2 * hb > exp:
             _fail(f"heartbeat {hb} s needs expires >= 2 * heartbeat (the server refuses it otherwise)")
-        req.idle_heartbeat = _ns(hb)
+        # (the server compares the two in whole nanoseconds, each rounded on its own here: a
+        # heartbeat of exactly half the expiry can round to one nanosecond over it)
+        req.idle_heartbeat = min(_ns(hb), req.expires // 2)
     if group is not None:
         req.group = check_group_name(group)
     if min_pending:
@@ -1061,6 +1063,8 @@ class FetchMachine(_Machine):
                 self.ignored += 1
                 return
             self._last_seen = now
+            if self._resend_at is not None and (msg.status is None or msg.status == 100):
+                self._resend_at = None  # (a message or a heartbeat: the pull is served after all)
             if msg.status is None:
                 self.delivered += 1
                 self.delivered_bytes += msg.size

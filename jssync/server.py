@@ -40,7 +40,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -925,30 +925,43 @@ class NatsCluster:
         creates a small memory stream with one replica per node until the server accepts it,
         then deletes it.
         """
-        from jscore.errors import JetStreamAPIError, NatsError  # (the client is imported lazily:
-        from jscore.models import StorageType  # the server helpers work without it)
+        from jscore.errors import JetStreamAPIError, StreamNotFoundError  # (the client is
+        from jscore.models import StorageType  # imported lazily: the server helpers work without it)
 
         from .client import connect
 
-        deadline = time.monotonic() + timeout
-        name = f"JSSYNC_PLACEMENT_{os.getpid()}_{id(self)}"
-        last: BaseException | None = None
-        nc = connect(self.urls, connect_timeout=min(5.0, timeout), reconnect=False)
-        try:
-            js = nc.jetstream()
+        def transient(exc: BaseException) -> bool:
+            # no peers yet (10005), JetStream not ready or no quorum (code 503), no answer
+            if isinstance(exc, JetStreamAPIError):
+                return exc.err_code == 10005 or exc.code == 503
+            return isinstance(exc, TimeoutError)
+
+        def retry(what: str, call: Callable[[float], object]) -> None:
             while True:
                 try:
-                    js.create_stream(name=name, storage=StorageType.MEMORY, num_replicas=self._size,
-                                     timeout=min(5.0, max(0.5, deadline - time.monotonic())))
-                    break
-                except (JetStreamAPIError, TimeoutError, NatsError) as exc:
-                    last = exc
-                if time.monotonic() >= deadline:
-                    raise RuntimeError(f"the cluster cannot place a stream on all {self._size} nodes: {last}")
+                    call(min(5.0, max(0.5, deadline - time.monotonic())))
+                    return
+                except Exception as exc:  # noqa: BLE001
+                    if not transient(exc) or time.monotonic() >= deadline:
+                        tails = "\n".join(f"--- n{i + 1} log tail ---\n{s.log_tail(15)}" for i, s in enumerate(self._servers))
+                        raise RuntimeError(f"{what} on all {self._size} nodes failed: {exc!r}\n{tails}") from exc
                 time.sleep(0.1)
-            js.delete_stream(name)
-        finally:
-            nc.close()
+
+        deadline = time.monotonic() + timeout
+        name = f"JSSYNC_PLACEMENT_{os.getpid()}_{id(self)}"
+        with connect(self.urls, connect_timeout=min(5.0, timeout), reconnect=False) as nc:
+            js = nc.jetstream()
+            retry("placing a stream", lambda t: js.create_stream(
+                name=name, storage=StorageType.MEMORY, num_replicas=self._size, timeout=t))
+            deadline = max(deadline, time.monotonic() + 10.0)  # (the cluster is fine: some time to clean up)
+
+            def delete(t: float) -> None:
+                try:
+                    js.delete_stream(name, timeout=t)
+                except StreamNotFoundError:
+                    pass  # (an earlier try that got no answer deleted it)
+
+            retry("deleting the placement probe", delete)
 
     def wait_healthy(self, timeout: float = 30.0, nodes: Sequence[int] | None = None) -> None:
         """Wait until ``/healthz`` is 200 on every running node (or on ``nodes``)."""

@@ -346,6 +346,25 @@ def test_headers_dict_reads_a_block_as_its_pairs(pairs: list[tuple[str, str]], s
     assert headers_dict(Headers(pairs)) == _by_key(pairs)
 
 
+@pytest.mark.parametrize(
+    "block",
+    [
+        b"NATS/1.0\r\nA: 1\r\na: 2\r\nB:  spaced \r\n\r\n",  # the general parser (a trailing space)
+        b"NATS/1.0\r\nNats-Stream: S\r\nNats-Subject: x.y\r\nNats-Sequence: 3\r\n"
+        b"Nats-Time-Stamp: 2026-11-28T12:00:00.123456789Z\r\n\r\n",  # a direct get reply, bare
+        b"NATS/1.0\r\nOwn: v\r\nNats-Stream: S\r\nNats-Subject: x.y\r\nNats-Sequence: 3\r\n"
+        b"Nats-Time-Stamp: 2026-11-28T12:00:00.1Z\r\n\r\n",  # ... with a header of its own first
+        b"NATS/1.0\r\n\r\n",
+    ],
+)
+def test_headers_dict_of_every_kind_of_block_and_after_a_change(block: bytes) -> None:
+    headers, _, _ = parse_header_block(block)
+    assert headers_dict(headers) == _by_key(headers.items())
+    headers, _, _ = parse_header_block(block)
+    headers["Added"] = "after parsing"
+    assert headers_dict(headers) == _by_key(headers.items()) and headers_dict(headers)["Added"] == ["after parsing"]
+
+
 # --------------------------------------------------------------------------- the fast path
 # parse_header_block checks and splits the common block (no status, "Key: Value" lines) with two
 # regular expressions and hands everything else to the general parser. Both must agree on every

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jscore.errors import (
     PinIdMismatchError,
@@ -403,3 +405,55 @@ def test_a_no_wait_pull_is_sent_again_as_it_was() -> None:
     m.handle_timeout(resend_due(m))
     [again] = pulls(events(m))
     assert again.body == first.body
+
+
+def test_a_message_while_a_resend_waits_calls_it_off() -> None:
+    for arrived in (user(), heartbeat()):
+        m, _ = fetch(max_messages=5, expires=5, heartbeat=1)
+        m.receive_msg(status(503), 0.1)
+        m.receive_msg(arrived, 0.12)  # (not expected after a 503, but then the pull is served)
+        m.handle_timeout(0.5)
+        assert pulls(events(m)) == [] and not m.finished
+
+
+def test_the_connection_lost_while_a_resend_waits_ends_the_fetch() -> None:
+    m, _ = fetch(max_messages=5, expires=5)
+    m.receive_msg(status(503), 0.1)
+    m.handle(ConnectionLost(), 0.12)
+    end = finished(m)
+    assert end.end is FetchEnd.CONNECTION_LOST and type(end.error) is ConnectionLostError
+    assert m.next_deadline() is None
+
+
+@given(
+    st.floats(0.0, 1e6, allow_nan=False), st.floats(0.0, 0.5, allow_nan=False),
+    st.sampled_from([1.0, 2.0, 9.5, 10.0, 30.0, 61.3]), st.sampled_from([None, 0.5, 1.0, 4.9]),
+)
+def test_a_resent_pull_never_asks_for_a_heartbeat_over_half_its_expiry(
+    t0: float, after: float, expires: float, hb: float | None
+) -> None:
+    """The server compares 2 x idle_heartbeat with expires in whole nanoseconds: each is
+    rounded on its own, so half of an odd expiry must not round up past it."""
+    if hb is not None and 2 * hb > expires:
+        hb = expires / 2
+    m, first = fetch(t0, max_messages=5, expires=expires, heartbeat=hb)
+    for p in [first]:
+        b = body(p)
+        assert 2 * b.get("idle_heartbeat", 0) <= b["expires"]
+    m.receive_msg(status(503), t0 + after)
+    if m.finished:
+        return
+    m.handle_timeout(resend_due(m))
+    for p in pulls(events(m)):
+        b = body(p)
+        assert 2 * b.get("idle_heartbeat", 0) <= b["expires"], b
+
+
+@given(st.floats(0.001, 1e5, allow_nan=False), st.floats(0.0, 1.0))
+def test_a_heartbeat_of_half_the_expiry_fits_in_nanoseconds(expires: float, share: float) -> None:
+    from jscore.pull import build_pull_request
+    import json
+
+    hb = expires / 2 * share
+    b = json.loads(build_pull_request(batch=1, expires=expires, heartbeat=hb or None))
+    assert 2 * b.get("idle_heartbeat", 0) <= b["expires"]

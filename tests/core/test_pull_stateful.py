@@ -382,6 +382,7 @@ class FetchModel(RuleBasedStateMachine):
     @rule(size=st.integers(1, 300))
     def user_message(self, size: int) -> None:
         self.m.receive_msg(user(size), self.now)
+        self.resend_due = False  # (a message: the pull is served, a pending re-send is off)
         self.absorb()
 
     @rule(which=st.sampled_from(STATUSES + [(100, "Idle Heartbeat")]), n=st.integers(0, 10))
@@ -389,6 +390,8 @@ class FetchModel(RuleBasedStateMachine):
         was_running = not self.m.finished
         self.m.receive_msg(status(which[0], which[1], pending=n, pending_bytes=n), self.now)
         self.absorb()
+        if which[0] == 100:
+            self.resend_due = False  # (a heartbeat: the pull is served, a pending re-send is off)
         if was_running and which[0] != 100:
             if which[0] == 503 and not self.n_delivered and not self.m.finished:
                 self.resend_due = True  # (nobody received the pull: it is sent again)
