@@ -355,8 +355,14 @@ def header_lines_dict(lines: str) -> dict[str, list[str]] | None:
     :meth:`Headers._direct_layout`) by key, in the order given, keys as sent; None for none."""
     if not lines:
         return None
+    return _by_key(_COMMON_LINE.findall(lines))
+
+
+def _by_key(pairs: list[tuple[str, str]]) -> dict[str, list[str]] | None:
+    if not pairs:
+        return None
     out: dict[str, list[str]] = {}
-    for key, value in _COMMON_LINE.findall(lines):
+    for key, value in pairs:
         have = out.get(key)
         if have is None:
             out[key] = [value]
@@ -367,23 +373,11 @@ def header_lines_dict(lines: str) -> dict[str, list[str]] | None:
 
 def headers_dict(headers: Headers) -> dict[str, list[str]] | None:
     """The values of ``headers`` by key, in order, each key exactly as sent (two spellings of a
-    name are two keys, as in :meth:`Headers.items`); None for none. Headers the parser checked and nobody split yet are read straight
-    from their block text, without making the pairs (a bulk reader's column)."""
+    name are two keys, as in :meth:`Headers.items`); None for none. Headers the parser checked
+    and nobody split yet are read straight from their block text, without making the pairs (a
+    bulk reader's column)."""
     block = headers._block
-    if block is not None:
-        found = _COMMON_LINE.findall(block, _FIRST_LINE)
-    else:
-        found = headers._pairs
-    if not found:
-        return None
-    out: dict[str, list[str]] = {}
-    for key, value in found:
-        have = out.get(key)
-        if have is None:
-            out[key] = [value]
-        else:
-            have.append(value)
-    return out
+    return _by_key(_COMMON_LINE.findall(block, _FIRST_LINE) if block is not None else headers._pairs)
 
 
 def _parse_general(text: str) -> tuple[Headers, int | None, str | None]:

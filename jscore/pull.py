@@ -252,6 +252,30 @@ def build_pull_request(
     return _encode_request(req)
 
 
+def _pull_body(
+    opts: ConsumeOptions | FetchOptions,
+    batch: int,
+    max_bytes: int,
+    expires: float,
+    heartbeat: float,
+    pin_id: str | None,
+    no_wait: bool = False,
+) -> bytes:
+    """A fetch's or a consume's pull: these numbers, the options' priority group fields."""
+    return build_pull_request(
+        batch=batch,
+        max_bytes=max_bytes,
+        expires=expires,
+        heartbeat=heartbeat,
+        no_wait=no_wait,
+        group=opts.group,
+        min_pending=opts.min_pending,
+        min_ack_pending=opts.min_ack_pending,
+        pin_id=pin_id,
+        priority=opts.priority,
+    )
+
+
 def pull_subject(api_prefix: str, stream: str, consumer: str) -> str:
     """``<prefix>CONSUMER.MSG.NEXT.<stream>.<consumer>``; ``api_prefix`` ends with a dot
     (:func:`jscore.jsapi.api_prefix`). Names are validated (ADR-6)."""
@@ -959,18 +983,7 @@ class FetchMachine(_Machine):
 
     def _pull(self, expires: float, heartbeat: float) -> None:
         opts = self.options
-        body = build_pull_request(
-            batch=opts.batch,
-            max_bytes=opts.max_bytes,
-            expires=expires,
-            heartbeat=heartbeat,
-            no_wait=opts.no_wait,
-            group=opts.group,
-            min_pending=opts.min_pending,
-            min_ack_pending=opts.min_ack_pending,
-            pin_id=opts.pin_id,
-            priority=opts.priority,
-        )
+        body = _pull_body(opts, opts.batch, opts.max_bytes, expires, heartbeat, opts.pin_id, opts.no_wait)
         self._events.append(PullRequested(body=body, batch=opts.batch, max_bytes=opts.max_bytes))
 
     def _room_at(self, at: float) -> tuple[float, float] | None:
@@ -1427,17 +1440,7 @@ class ConsumeMachine(_Machine):
 
     def _pull_body(self, batch: int, max_bytes: int) -> bytes:
         opts = self.options
-        return build_pull_request(
-            batch=batch,
-            max_bytes=max_bytes,
-            expires=opts.expires,
-            heartbeat=opts.heartbeat,
-            group=opts.group,
-            min_pending=opts.min_pending,
-            min_ack_pending=opts.min_ack_pending,
-            pin_id=self.pin_id,
-            priority=opts.priority,
-        )
+        return _pull_body(opts, batch, max_bytes, opts.expires, opts.heartbeat, self.pin_id)
 
     def _send_pull(self, batch: int, max_bytes: int, now: float) -> None:
         body = self._pull_body(batch, max_bytes)
