@@ -1088,8 +1088,11 @@ class OrderedMachine:
             if opts is None:  # too little time left for another pull
                 self._finish(OrderedEnd.DONE, None, now)
                 return
-            # (no re-send after a 503: the ordered consumer's own rule recreates its consumer)
-            inner = FetchMachine(opts, now, resend_on_no_responders=False)
+            # A 503 to the first pulls of a consumer just created is most likely its leader's
+            # interest not having reached this server yet (a cluster): the fetch sends its pull
+            # again, as any fetch does. Once the consumer has delivered, a 503 means it is gone:
+            # the ordered consumer's own rule recreates it at once.
+            inner = FetchMachine(opts, now, resend_on_no_responders=st.consumer_seq == 0)
         else:
             assert self._consume is not None
             inner = ConsumeMachine(

@@ -948,7 +948,8 @@ class FetchMachine(_Machine):
     """One fetch (or next): one pull, its messages, one :class:`FetchFinished`.
 
     A pull nobody received (503) is sent again, at most :data:`FETCH_RESENDS` times, unless
-    ``resend_on_no_responders`` is False (the ordered consumer, which recreates its consumer).
+    ``resend_on_no_responders`` is False (the ordered consumer once its server consumer has
+    delivered: then it recreates the consumer instead).
     Ends when the batch count or byte total is reached, on a status that ends a pull (see
     the table's fetch column), when 2 x heartbeat pass without any message
     (:class:`NoHeartbeatError`), on its client timer (``client_timeout`` after the start, or

@@ -234,8 +234,15 @@ def test_the_create_response_pins_the_cursor() -> None:
     assert h.create_config()["config"]["deliver_policy"] == "new"
     h.created(stream_seq=41)
     assert h.st.stream_seq == 41
-    h.status(503, "No Responders")  # before any delivery: reset; the next one starts at 42
-    h.run_until(1.0)  # (it died at once: a flap, backed off 1 s)
+    # Before any delivery a 503 is first taken for a new consumer not reachable yet: the pull
+    # goes again (50, 100, 200 ms later); the fourth 503 resets; the next one starts at 42.
+    for _ in range(3):
+        pulls = len(h.pulls())
+        h.status(503, "No Responders")
+        h.advance(0.25)
+        assert len(h.pulls()) == pulls + 1 and len(h.creates()) == 1
+    h.status(503, "No Responders")
+    h.run_until(h.now + 1.0)  # (it died before delivering: a flap, backed off 1 s)
     assert len(h.creates()) == 2
     assert h.create_config()["config"]["deliver_policy"] == "by_start_sequence"
     assert h.create_config()["config"]["opt_start_seq"] == 42
@@ -284,6 +291,22 @@ def test_consumer_deleted_resets() -> None:
     (reset,) = h.of(OrderedConsumerReset)
     assert reset.reason is ResetReason.CONSUMER_DELETED
     assert h.create_config()["config"]["opt_start_seq"] == 2 and not h.m.finished
+
+
+def test_a_503_to_a_new_consumers_first_pull_is_sent_again_without_a_reset() -> None:
+    """On a cluster a consumer just created can answer 503 until its leader's interest reaches
+    the client's server: the pull goes again and the messages come, with no reset (which
+    would back off a second before making another consumer)."""
+    h = H(fetch_opts(3, expires=2.0))
+    h.created(stream_seq=0)
+    h.status(503, "No Responders")
+    h.advance(0.06)
+    assert len(h.pulls()) == 2 and h.of(OrderedConsumerReset) == []
+    h.deliver(1, 1)
+    h.deliver(2, 2)
+    h.deliver(3, 3)
+    assert h.accepted() == [1, 2, 3] and h.end().end is OrderedEnd.DONE
+    assert len(h.creates()) == 1 and h.of(OrderedConsumerReset) == []
 
 
 def test_no_responders_resets_on_the_first_503() -> None:
