@@ -130,9 +130,10 @@ def parse_ack_subject(reply: str) -> MsgMetadata:
     """Parse a JetStream ack (reply) subject, v1 or v2, into :class:`MsgMetadata`.
 
     Raises :class:`~jscore.errors.NotJetStreamMessageError` (a ``ValueError``) for anything
-    that is not exactly one of the two server formats. Called lazily, once per message whose
-    ``metadata`` is read: one ``str.split``, one regex match, five ``int`` conversions (about
-    7 µs on CPython 3.11, a quarter of it building the datetime).
+    that is not exactly one of the two server formats. Called once per message whose
+    ``metadata`` is read (and for every delivery of an ordered consumer): a v1 subject takes one
+    regex match and five ``int`` conversions (about 2 µs on CPython 3.11, a quarter of it
+    building the datetime); the rest go token by token (:func:`_parse_split`).
     """
     m = _V1.fullmatch(reply)
     if m is not None:

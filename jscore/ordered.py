@@ -94,7 +94,7 @@ from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, SendR
 from .models import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy, decode_response
 from .protocol import MsgReceived
 from .pull import (
-    MIN_HEARTBEAT,
+    MIN_LATER_EXPIRES,
     ConsumeMachine,
     ConsumeOptions,
     ConsumerReconnected,
@@ -110,6 +110,7 @@ from .pull import (
     PullRequested,
     StatusWarning,
     fetch_grace,
+    fitted_heartbeat,
     pull_subject,
 )
 from .validate import check_bool
@@ -794,8 +795,6 @@ OrderedEvent = Union[
 ]
 
 _ACK_PREFIX: Final = "$JS.ACK."
-_MIN_REPULL: Final = 0.05
-"""A fetch re-pulls after a reset only while at least this much of its time is left."""
 _PULL: Final = "p"
 _CREATE: Final = "c"
 _DELETE_TOKEN: Final = "d"
@@ -1116,11 +1115,9 @@ class OrderedMachine:
         if opts.expires == 0:  # no_wait without expires: the server answers at once
             return msgspec.structs.replace(opts, client_timeout=min(opts.client_timeout, left)) if left > 0 else None
         expires = left - fetch_grace(left)
-        if expires < _MIN_REPULL:
+        if expires < MIN_LATER_EXPIRES:
             return None
-        heartbeat = min(opts.heartbeat, expires / 2)
-        if heartbeat < MIN_HEARTBEAT:
-            heartbeat = 0.0
+        heartbeat = fitted_heartbeat(opts.heartbeat, expires)
         return msgspec.structs.replace(
             opts, expires=expires, heartbeat=heartbeat, client_timeout=min(left, expires + fetch_grace(expires))
         )

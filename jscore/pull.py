@@ -95,6 +95,7 @@ __all__ = [
     "check_priority",
     "consume_expires",
     "fetch_grace",
+    "fitted_heartbeat",
     "heartbeat_check_after",
     # commands
     "Stop",
@@ -358,8 +359,9 @@ FETCH_RESENDS: Final = 3
 with :class:`PullNoRespondersError`; the first re-send waits :data:`FETCH_RESEND_BACKOFF`, each
 next one twice as long (0.35 s in all)."""
 FETCH_RESEND_BACKOFF: Final = 0.05
-MIN_RESEND_EXPIRES: Final = 0.05
-"""A fetch sends its pull again only while at least this much of its expiry is left."""
+MIN_LATER_EXPIRES: Final = 0.05
+"""A later pull of a fetch (sent again after a 503, or the ordered consumer's after a reset)
+goes only while at least this much of the fetch's time is left for its expiry."""
 DEFAULT_NO_RESPONDERS_LIMIT: Final = 3
 DEFAULT_NO_RESPONDERS_BACKOFF: Final = 1.0
 MAX_NO_RESPONDERS_BACKOFF: Final = 2.0
@@ -620,6 +622,13 @@ def fetch_grace(expires: float) -> float:
     much longer than asked). Normally the server's 408 ends the fetch first.
     """
     return min(max(0.25, 0.1 * expires), 5.0)
+
+
+def fitted_heartbeat(heartbeat: float, expires: float) -> float:
+    """The heartbeat of a pull with a shorter ``expires`` than the one it was asked for: at most
+    half of it (the server refuses more), none under :data:`MIN_HEARTBEAT`."""
+    fitted = min(heartbeat, expires / 2)
+    return fitted if fitted >= MIN_HEARTBEAT else 0.0
 
 
 def heartbeat_check_after(heartbeat: float) -> float:
@@ -989,20 +998,18 @@ class FetchMachine(_Machine):
 
     def _room_at(self, at: float) -> tuple[float, float] | None:
         """The expiry and heartbeat of the pull sent again at ``at``: what is left of the
-        fetch's expiry, and its heartbeat, lowered to half of that (none under
-        :data:`MIN_HEARTBEAT`: the server refuses a heartbeat over half the expiry). None when
+        fetch's expiry, and its heartbeat fitted to it (:func:`fitted_heartbeat`). None when
         there is no room for another pull: past the client timer, or under
-        :data:`MIN_RESEND_EXPIRES` of expiry left."""
+        :data:`MIN_LATER_EXPIRES` of expiry left."""
         opts = self.options
         if at >= self._deadline:
             return None
         if opts.expires == 0:
             return 0.0, 0.0
         left = opts.expires - (at - self._started)
-        if left < MIN_RESEND_EXPIRES:
+        if left < MIN_LATER_EXPIRES:
             return None
-        heartbeat = min(opts.heartbeat, left / 2)
-        return left, (heartbeat if heartbeat >= MIN_HEARTBEAT else 0.0)
+        return left, fitted_heartbeat(opts.heartbeat, left)
 
     @property
     def finished(self) -> bool:

@@ -31,7 +31,7 @@ from jscore.pull import (
     PullRequested,
     FETCH_RESEND_BACKOFF,
     FETCH_RESENDS,
-    MIN_RESEND_EXPIRES,
+    MIN_LATER_EXPIRES,
     NO_WAIT_SILENCE,
     Stop,
     fetch_grace,
@@ -361,7 +361,7 @@ def test_no_resend_once_a_message_arrived_or_without_room() -> None:
     assert type(end.error) is PullNoRespondersError and end.delivered == 1
     # too little of the expiry left at the re-send: ends at once
     m, _ = fetch(max_messages=5, expires=1)
-    m.receive_msg(status(503), 1 - FETCH_RESEND_BACKOFF - MIN_RESEND_EXPIRES + 0.001)
+    m.receive_msg(status(503), 1 - FETCH_RESEND_BACKOFF - MIN_LATER_EXPIRES + 0.001)
     assert type(finished(m).error) is PullNoRespondersError
     # a timer that fires too late for the re-send ends it then
     m, _ = fetch(max_messages=5, expires=1)
