@@ -12,7 +12,11 @@ Also checked:
   furthest (a parser never emits a frame that another split would have rejected);
 * after an error the parser is poisoned: the next ``feed`` raises ``RemoteProtocolError`` again;
 * ``buffered`` never exceeds the control-line cap plus the largest accepted message (INFO has
-  its own cap), plus a few bytes of framing.
+  its own cap), plus a few bytes of framing;
+* a parser with an armed :class:`jscore.protocol.AckLane` (sids 1 and 2 on ``_INBOX``) gives
+  the same messages, whole and split: each PubAck of an :class:`AcksReceived` run is the
+  ``MSG`` the plain parser read (token, payload, size), and everything else is equal, errors
+  included.
 
 ``one_input`` raises ``AssertionError`` when the invariant breaks, and lets any exception other
 than ``RemoteProtocolError`` escape: both are crashes for a coverage-guided fuzzer.
@@ -35,9 +39,33 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from fuzz._runner import run
 from jscore.errors import RemoteProtocolError
-from jscore.protocol import MAX_CONTROL_LINE, MAX_INFO_LINE, PAYLOAD_MARGIN, Parser, ParserEvent
+import re
 
-__all__ = ["FeedResult", "feed", "buffer_bound", "derived_cuts", "bytewise_cuts", "check_wire", "one_input", "FUZZ_MAX_PAYLOAD"]
+from jscore.protocol import (
+    MAX_CONTROL_LINE,
+    MAX_INFO_LINE,
+    PAYLOAD_MARGIN,
+    PUBACK_DUPLICATE,
+    AckLane,
+    AcksReceived,
+    MsgReceived,
+    Parser,
+    ParserEvent,
+)
+
+__all__ = [
+    "FeedResult",
+    "feed",
+    "buffer_bound",
+    "derived_cuts",
+    "bytewise_cuts",
+    "check_wire",
+    "check_lane",
+    "lane_view",
+    "one_input",
+    "FUZZ_MAX_PAYLOAD",
+    "LANE_SIDS",
+]
 
 FUZZ_MAX_PAYLOAD = 1024
 """A small max_payload so that the size checks are reachable with short inputs."""
@@ -70,12 +98,25 @@ def buffer_bound(max_payload: int) -> int:
     return max(MAX_INFO_LINE, MAX_CONTROL_LINE + max_payload + PAYLOAD_MARGIN) + SLACK
 
 
-def feed(data: bytes, cuts: Iterable[int] = (), max_payload: int = FUZZ_MAX_PAYLOAD) -> FeedResult:
-    """Feed ``data`` to a fresh parser in chunks split at ``cuts`` (positions into ``data``).
+LANE_SIDS = (1, 2)
+"""The sids armed in the ack lane of :func:`check_lane` (inbox prefix ``_INBOX``)."""
+_LANE_SUBJECT = re.compile(r"_INBOX\.[0-9A-Za-z]{22}\.([^.]*)")
+
+
+def feed(
+    data: bytes, cuts: Iterable[int] = (), max_payload: int = FUZZ_MAX_PAYLOAD, lane: bool = False
+) -> FeedResult:
+    """Feed ``data`` to a fresh parser in chunks split at ``cuts`` (positions into ``data``);
+    with ``lane``, the parser has an :class:`AckLane` with :data:`LANE_SIDS` armed.
 
     Only ``RemoteProtocolError`` is caught; anything else propagates to the caller.
     """
-    parser = Parser(max_payload)
+    ack_lane = None
+    if lane:
+        ack_lane = AckLane("_INBOX")
+        for sid in LANE_SIDS:
+            ack_lane.arm(sid)
+    parser = Parser(max_payload, ack_lane)
     events: list[ParserEvent] = []
     peak = 0
     prev = 0
@@ -159,9 +200,50 @@ def check_wire(
     return whole
 
 
+def lane_view(events: Sequence[ParserEvent]) -> list[object]:
+    """The events with every message on an armed inbox as ``(sid, token, payload, size)``:
+    an :class:`AcksReceived` run gives one per PubAck (its payload written back in the
+    server's form), a plain ``MSG`` on such an inbox one; everything else stays itself."""
+    out: list[object] = []
+    for e in events:
+        if e.__class__ is AcksReceived:
+            assert isinstance(e, AcksReceived)
+            assert e.sid in LANE_SIDS and e.acks, e
+            total = 0
+            for token, stream, seq, duplicate in e.acks:
+                body = b'{"stream":"%s","seq":%d%s}' % (stream.encode(), seq, PUBACK_DUPLICATE if duplicate else b"")
+                size = len("_INBOX.") + 23 + len(token) + len(body)
+                total += size
+                out.append((e.sid, token, body, size))
+            assert total == e.size, (total, e)
+            continue
+        if e.__class__ is MsgReceived:
+            assert isinstance(e, MsgReceived)
+            m = _LANE_SUBJECT.fullmatch(e.subject)
+            if m is not None and e.sid in LANE_SIDS and e.reply is None and e.headers is None:
+                out.append((e.sid, m.group(1), e.data, e.size))
+                continue
+        out.append(e)
+    return out
+
+
+def check_lane(data: bytes, cuts: Sequence[int] = (), max_payload: int = FUZZ_MAX_PAYLOAD) -> FeedResult:
+    """The ack lane changes nothing but the shape: a parser with it armed gives, for ``data``
+    split at ``cuts``, the plain parser's messages and the same error."""
+    plain = feed(data, cuts, max_payload)
+    laned = feed(data, cuts, max_payload, lane=True)
+    assert (plain.error is None) == (laned.error is None), f"plain={plain!r} lane={laned!r}"
+    if plain.error is not None:
+        assert str(plain.error) == str(laned.error), (plain.error, laned.error)
+    assert lane_view(laned.events) == lane_view(plain.events), f"plain={plain.events!r} lane={laned.events!r}"
+    return laned
+
+
 def one_input(data: bytes) -> None:
     """The fuzz entry point: raises only when the invariant is broken."""
     check_wire(data)
+    check_lane(data)
+    check_lane(data, derived_cuts(data))
 
 
 def main(argv: list[str]) -> None:

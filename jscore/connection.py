@@ -52,6 +52,8 @@ from .protocol import (
     PONG,
     PUB_FMT,
     PUB_REPLY_FMT,
+    AckLane,
+    AcksReceived,
     ErrReceived,
     InfoReceived,
     MsgReceived,
@@ -284,7 +286,9 @@ class Connection:
         self._removed: set[tuple[str, int]] = set()
         self._wants_tls = options.tls or any(e.address.tls for e in self._pool)
         self._current: _Entry | None = None
-        self._parser = Parser()
+        # PubAcks on the publish windows' inboxes are read by one match each (see AckLane).
+        self._lane = AckLane(options.inbox_prefix)
+        self._parser = Parser(lane=self._lane)
         self.server_info: dict[str, Any] = {}
         self.max_payload = DEFAULT_MAX_PAYLOAD
         # The wire buffer: frames are appended as bytes, so a queued publish is no object of
@@ -429,7 +433,7 @@ class Connection:
         if self.state is not State.DIALING:
             raise LocalProtocolError(f"connection_made in state {self.state.value}")
         self.state = State.AWAIT_INFO
-        self._parser = Parser(self.max_payload)
+        self._parser = Parser(self.max_payload, self._lane)
 
     def tls_established(self, now: float) -> None:
         self._check()
@@ -783,10 +787,19 @@ class Connection:
                 self._out += encode_unsub(sid, max_msgs)
         return sid
 
+    def arm_ack_lane(self, sid: int) -> None:
+        """Read the PubAcks arriving on subscription ``sid`` (a publish window's reply inbox) in
+        the parser's :class:`AckLane`: they come as :class:`AcksReceived` runs. Only for a
+        subscription without a message limit (the lane does not count towards one)."""
+        sub = self._subs.get(sid)
+        if sub is not None and sub.max_msgs is None:
+            self._lane.arm(sid)
+
     def unsubscribe(self, sid: int, max_msgs: int | None = None) -> None:
         sub = self._subs.get(sid)
         if sub is None:
             return
+        self._lane.disarm(sid)
         if self._submitted:
             self._take_submitted()
         if max_msgs is not None and max_msgs > sub.delivered:
@@ -799,6 +812,7 @@ class Connection:
 
     def _forget_sub(self, sid: int) -> None:
         del self._subs[sid]
+        self._lane.disarm(sid)
         if sid == self._resp_sid:
             self._resp_sid = None  # the next request subscribes a new reply inbox
 
@@ -1050,6 +1064,15 @@ class Connection:
                     continue
                 events.append(frame)
                 continue  # (a message changes no state: the check below is for the other frames)
+            elif frame.__class__ is AcksReceived:
+                count = len(frame.acks)
+                stats.msgs_in += count
+                stats.bytes_in += frame.size
+                sub = subs.get(frame.sid)
+                if sub is not None:  # (else late: the inbox is gone)
+                    sub.delivered += count
+                    events.append(frame)
+                continue
             elif frame.__class__ is PingReceived:
                 self._out += PONG
             elif frame.__class__ is PongReceived:

@@ -15,7 +15,7 @@ from typing import Any, Union
 import msgspec
 
 from .headers import HeadersInput
-from .protocol import MsgReceived
+from .protocol import AcksReceived, MsgReceived
 
 __all__ = [
     "ServerAddress",
@@ -192,6 +192,7 @@ Event = Union[
     ReplyReceived,
     SubscriptionEnded,
     MsgReceived,
+    AcksReceived,
 ]
 
 

@@ -726,6 +726,27 @@ class PublishWindow(Generic[E]):
             self._settle(entry, decision.outcome, None, decision.error)
         return entry
 
+    def receive_puback(self, token: str, stream: str, seq: int, duplicate: bool) -> E | None:
+        """The PubAck ``{stream, seq, duplicate}`` arrived for ``token`` (read in the
+        connection's ack lane): the same as :meth:`receive_ack` with that PubAck's JSON."""
+        ack = PubAck(stream=stream, seq=seq, duplicate=duplicate)
+        entry = self.pending.pop(token, None)
+        if entry is None:
+            entry = self.retrying.pop(token, None)
+            if entry is None:
+                self._late += 1
+                return None
+            self._settle(entry, DUPLICATE if duplicate else ACKED, ack, None)  # an earlier copy was stored
+            return entry
+        entry.ack = ack
+        if duplicate:
+            entry.outcome = DUPLICATE
+            self._duplicates += 1
+        else:
+            entry.outcome = ACKED
+            self._acked += 1
+        return entry
+
     def _answer_while_waiting(self, token: str, data: bytes, status: int | None) -> E | None:
         entry = self.retrying.get(token)
         if entry is not None and (status is None or data):
@@ -1044,6 +1065,13 @@ class FrameWindow:
             return self._stored(token, True)
         assert decision.error is not None
         return self._fail(token, decision.error, exhausted=trouble.resends)
+
+    def receive_puback(self, token: int, duplicate: bool) -> bool:
+        """A PubAck for ``token`` read in the connection's ack lane: :meth:`receive_ack`'s
+        common case."""
+        if token not in self.frames:
+            return False  # late (see receive_ack)
+        return self._stored(token, duplicate)
 
     def _stored(self, token: int, duplicate: bool | None) -> bool:
         frames = self.frames

@@ -30,7 +30,7 @@ import msgspec
 
 from .errors import ConnectionClosedError, LocalProtocolError, PubAckTimeoutError
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Stop
-from .protocol import MsgReceived
+from .protocol import AcksReceived, MsgReceived
 from .publish import PENDING, FrameWindow, PendingPublish, PublishWindow
 
 __all__ = [
@@ -164,6 +164,19 @@ class AsyncPublishMachine:
         if self.wake_level >= 0:
             self._check_level()
 
+    def receive_acks(self, run: AcksReceived, now: float) -> None:
+        """A run of PubAcks read in the connection's ack lane: each settles its entry as
+        :meth:`receive_msg` would with the same PubAck."""
+        window = self.window
+        sync = self.sync
+        events = self._events
+        for token, stream, seq, duplicate in run.acks:
+            entry = (sync if token[:1] == "s" else window).receive_puback(token, stream, seq, duplicate)
+            if entry is not None and entry.watched:
+                events.append(entry)
+        if self.wake_level >= 0:
+            self._check_level()
+
     def handle_timeout(self, now: float) -> None:
         gen = self.generation()
         for window in (self.window, self.sync):
@@ -273,6 +286,21 @@ class BulkPublishMachine:
         except ValueError:
             return
         if self.window.receive_ack(token, msg.data, msg.status, now):
+            self._events.append(PROGRESS)
+
+    def receive_acks(self, run: AcksReceived, now: float) -> None:
+        """A run of PubAcks read in the connection's ack lane (see :meth:`receive_msg`); one
+        :data:`PROGRESS` for the run when any of them asks for it."""
+        window = self.window
+        wake = False
+        for token, _stream, _seq, duplicate in run.acks:
+            try:
+                number = int(token)
+            except ValueError:
+                continue
+            if window.receive_puback(number, duplicate):
+                wake = True
+        if wake:
             self._events.append(PROGRESS)
 
     def handle_timeout(self, now: float) -> None:

@@ -38,7 +38,7 @@ from .connection import ConnectOptions, Connection, State
 from .directget import DirectGetRequested
 from .errors import ConnectionClosedError, LocalProtocolError, NatsError
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, MachineFailed, SendRequested, SubMachine
-from .protocol import MsgReceived
+from .protocol import AcksReceived, MsgReceived
 from .jsmsg import WPI, ProgressRequested
 from .pubmachines import FramesRequested, PublishRequested, SendFailed
 from .pull import AckNextRequested, Drain, FlowControlReplyRequested, PullRequested
@@ -101,6 +101,8 @@ class Session:
         self.conn = Connection(options, rng=rng, credentials=credentials)
         self._slots: dict[int, _Slot] = {}
         self._routes: dict[int, Deliver] = {}  # sid -> delivery (a slot's or a subscription's)
+        # sid -> a slot's delivery of PubAck runs (machines with ``receive_acks``; see AckLane)
+        self._ack_routes: dict[int, Callable[[AcksReceived, float], None]] = {}
         self._ends: dict[int, Ended] = {}  # sid -> what to call when the subscription ends
         self._heap: list[tuple[float, int]] = []  # (deadline, slot id); stale entries skipped
         self._dirty: list[_Slot] = []  # slots whose deadline may have changed
@@ -225,6 +227,10 @@ class Session:
             else:
                 slot.sid = conn.subscribe(slot.inbox)
             self._routes[slot.sid] = self._receiver(slot)
+            receive_acks = getattr(machine, "receive_acks", None)
+            if wildcard and receive_acks is not None:
+                self._ack_routes[slot.sid] = self._run_receiver(slot, receive_acks)
+                conn.arm_ack_lane(slot.sid)
             self._ends[slot.sid] = self._inbox_ender(slot)
         self._slots[slot.id] = slot
         self._after(slot)
@@ -278,6 +284,25 @@ class Session:
                 receive_msg(msg, now)
             except Exception as exc:  # noqa: BLE001
                 self._settle_slot(slot)  # what the messages before this one produced
+                self._fail(slot, exc, "internal error")
+                return
+            if not slot.touched:
+                slot.touched = True
+                touched.append(slot)
+
+        return receive
+
+    def _run_receiver(self, slot: _Slot, receive_acks: Callable[[AcksReceived, float], None]) -> Callable[
+        [AcksReceived, float], None
+    ]:
+        touched = self._touched
+
+        def receive(run: AcksReceived, now: float) -> None:
+            # As _receiver's, for a run of PubAcks read in the connection's AckLane.
+            try:
+                receive_acks(run, now)
+            except Exception as exc:  # noqa: BLE001
+                self._settle_slot(slot)
                 self._fail(slot, exc, "internal error")
                 return
             if not slot.touched:
@@ -402,6 +427,7 @@ class Session:
             return
         slot.sid = 0
         self._routes.pop(sid, None)
+        self._ack_routes.pop(sid, None)
         self._ends.pop(sid, None)
         conn = self.conn
         if conn.state is not State.CLOSED and conn.has_subscription(sid):
@@ -488,6 +514,7 @@ class Session:
         conn.unsubscribe(sid, max_msgs)
         if not conn.has_subscription(sid):
             self._routes.pop(sid, None)
+            self._ack_routes.pop(sid, None)
             end = self._ends.pop(sid, None)
             if end is not None:
                 end(None)
@@ -495,6 +522,7 @@ class Session:
     def forget(self, sid: int) -> None:
         """Stop routing ``sid`` (the shell has ended it itself)."""
         self._routes.pop(sid, None)
+        self._ack_routes.pop(sid, None)
         self._ends.pop(sid, None)
 
     def has_route(self, sid: int) -> bool:
@@ -517,11 +545,17 @@ class Session:
                 if deliver is not None:
                     deliver(e, now)  # type: ignore[arg-type]
                 continue
+            if cls is AcksReceived:
+                deliver_run = self._ack_routes.get(e.sid)  # type: ignore[union-attr]
+                if deliver_run is not None:
+                    deliver_run(e, now)  # type: ignore[arg-type]
+                continue
             if self._touched:
                 self._settle()  # what the messages before this event produced comes first
             if cls is ev.SubscriptionEnded:
                 assert isinstance(e, ev.SubscriptionEnded)
                 routes.pop(e.sid, None)
+                self._ack_routes.pop(e.sid, None)
                 end = self._ends.pop(e.sid, None)
                 if end is not None:
                     end(e.error)

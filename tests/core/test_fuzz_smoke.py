@@ -7,6 +7,7 @@ invariants working in the normal test run.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from fuzz import fuzz_headers, fuzz_wire
 from jscore.errors import RemoteProtocolError
+from jscore.protocol import AcksReceived, Parser
 
 FUZZ_DIR = Path(fuzz_wire.__file__).resolve().parent
 TARGETS: dict[str, Callable[[bytes], None]] = {"wire": fuzz_wire.one_input, "headers": fuzz_headers.one_input}
@@ -84,7 +86,7 @@ def test_headers_fragments(data: bytes) -> None:
 class _SplitSensitiveParser:
     """Emits a different event when fed in pieces: the invariant must catch it."""
 
-    def __init__(self, max_payload: int = 0) -> None:
+    def __init__(self, max_payload: int = 0, lane: object = None) -> None:
         self.poisoned = False
         self.buffered = 0
         self.calls = 0
@@ -127,6 +129,22 @@ def test_wire_harness_catches_broken_parsers(monkeypatch: pytest.MonkeyPatch, fa
         fuzz_wire.one_input(b"XPING\r\nPONG\r\n")
 
 
+class _LossyLaneParser(Parser):
+    """Reads the ack lane's runs but loses the last PubAck of each."""
+
+    def feed(self, data: bytes) -> list[Any]:
+        return [
+            AcksReceived(e.sid, e.acks[:-1], e.size) if isinstance(e, AcksReceived) else e for e in super().feed(data)
+        ]
+
+
+def test_wire_harness_catches_a_lossy_ack_lane(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fuzz_wire, "Parser", _LossyLaneParser)
+    body = b'{"stream":"S","seq":1}'
+    with pytest.raises(AssertionError):
+        fuzz_wire.one_input(b"MSG _INBOX.AbCdEfGhIjKlMnOpQrStUv.1 1 %d\r\n%s\r\n" % (len(body), body))
+
+
 def test_headers_harness_catches_a_lossy_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
     real = fuzz_headers.encode_headers
 
@@ -161,10 +179,8 @@ def test_long_inputs_are_split_around_every_line_end() -> None:
 class _CrSplitSensitiveParser:
     """The real parser, but a chunk ending in CR adds a PONG: only a CR/LF split shows it."""
 
-    def __init__(self, max_payload: int = 0) -> None:
-        from jscore.protocol import Parser
-
-        self._real = Parser(max_payload)
+    def __init__(self, max_payload: int = 0, lane: Any = None) -> None:
+        self._real = Parser(max_payload, lane)
 
     poisoned = property(lambda self: self._real.poisoned)
     buffered = property(lambda self: self._real.buffered)

@@ -25,7 +25,7 @@ from jscore.errors import (
     WrongLastSequenceError,
 )
 from jscore.publish import ACKED, DUPLICATE, FAILED
-from jssync.client import Client
+from jssync.client import Client, shell_of
 from jssync.publish import PubAckFuture
 from jssync.server import NatsCluster, NatsServer
 from tests.integration._jspub import (
@@ -86,6 +86,21 @@ def test_futures_resolve_to_pub_acks_in_order(nc: Client, stream: str) -> None:
     f = futs[0]
     assert f.done() and f.exception() is None and f.outcome is ACKED and f.subject == subj(stream) and f.payload == b"m0"
     assert stream_state(nc, stream)["messages"] == 500
+
+
+def test_the_servers_pubacks_are_read_in_the_ack_lane(nc: Client, stream: str) -> None:
+    """nats-server's PubAcks (stored, duplicate, to async and sync publishes) have the form
+    the connection's ack lane reads in one match; an error answer goes the general way."""
+    js = nc.jetstream()
+    lane = shell_of(nc).session.conn._lane
+    before = lane.read
+    futs = [js.publish_async(subj(stream), b"x", msg_id=f"m{i % 150}") for i in range(200)]
+    js.publish_async_complete(timeout=10)
+    assert [f.result(timeout=0).duplicate for f in futs] == [False] * 150 + [True] * 50
+    assert js.publish(subj(stream), b"y").seq == 151
+    with pytest.raises(WrongLastSequenceError):
+        js.publish_async(subj(stream), b"z", expected_last_seq=5).result(timeout=5)
+    assert lane.read - before == 201
 
 
 def test_typed_error_through_the_future(nc: Client, stream: str) -> None:
