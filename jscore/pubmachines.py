@@ -170,12 +170,15 @@ class AsyncPublishMachine:
         window = self.window
         sync = self.sync
         events = self._events
+        settled = False
         for token, stream, seq, duplicate in run.acks:
             entry = (sync if token[:1] == "s" else window).receive_puback(token, stream, seq, duplicate)
-            if entry is not None and entry.watched:
-                events.append(entry)
-        if self.wake_level >= 0:
-            self._check_level()
+            if entry is not None:
+                settled = True
+                if entry.watched:
+                    events.append(entry)
+        if settled and self.wake_level >= 0:
+            self._check_level()  # (once for the run: a waiting thread re-checks in a loop anyway)
 
     def handle_timeout(self, now: float) -> None:
         gen = self.generation()

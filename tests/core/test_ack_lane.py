@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from fuzz.fuzz_wire import check_lane
 from jscore.connection import ConnectOptions
 from jscore.publish import ACKED, DUPLICATE, FrameWindow, PendingPublish, PublishWindow
-from jscore.pubmachines import AsyncPublishMachine, BulkPublishMachine
+from jscore.machine import Stop
+from jscore.pubmachines import PROGRESS, AsyncPublishMachine, BulkPublishMachine, WatchLevel
 from jscore.protocol import PUBACK_DUPLICATE, AckLane, AcksReceived, MsgReceived, Parser
 from jscore.session import Session
 
@@ -182,34 +183,50 @@ class Publisher:
             self.s.receive_data(wire[i : i + 97], 0.0)
 
 
+_NO_RESPONDERS = b"503"  # (stands for a 503 status: a publish with a msg id waits for its re-send)
 _ack_frames = st.lists(
     st.tuples(
         st.sampled_from(["1", "2", "3", "4", "s1", "s2", "9"]),  # "9" was never published: late
         st.sampled_from([puback(b"S", 7), puback(b"S", 8, True), b'{"stream":"S","domain":"d","seq":9}',
-                         b'{"error":{"code":400,"err_code":10060,"description":"bad"}}']),
+                         b'{"error":{"code":400,"err_code":10060,"description":"bad"}}', _NO_RESPONDERS]),
     ),
-    max_size=10,
+    max_size=12,
 )
+_MSG_IDS = {"1": "a", "3": "b", "s1": "c"}  # (the others have none: a 503 fails them)
 
 
-@settings(max_examples=150, deadline=None)
-@given(acks=_ack_frames)
-def test_the_windows_settle_the_same_with_and_without_the_lane(acks: list[tuple[str, bytes]]) -> None:
+@settings(max_examples=200, deadline=None)
+@given(acks=_ack_frames, level=st.integers(min_value=-1, max_value=6))
+@example(acks=[("1", _NO_RESPONDERS), ("s1", _NO_RESPONDERS), ("1", puback(b"S", 7, True)), ("s1", puback(b"S", 8))],
+         level=-1)
+@example(acks=[("9", puback(b"S", 7))], level=5)
+def test_the_windows_settle_the_same_with_and_without_the_lane(acks: list[tuple[str, bytes]], level: int) -> None:
     results = []
     for lane in (True, False):
         p = Publisher(lane)
-        entries = {t: p.add(t, watched=(t != "2")) for t in ("1", "2", "3", "4", "s1", "s2")}
-        p.feed(b"".join(msg(p.sid, t.encode(), body, inbox=p.inbox) for t, body in acks))
+        entries = {t: p.add(t, watched=(t != "2"), msg_id=_MSG_IDS.get(t)) for t in ("1", "2", "3", "4", "s1", "s2")}
+        if level >= 0:
+            p.s.command(p.slot, WatchLevel(level=level), 0.0)
+        p.feed(
+            b"".join(
+                status_503(p.sid, t.encode(), p.inbox) if body is _NO_RESPONDERS else msg(p.sid, t.encode(), body, inbox=p.inbox)
+                for t, body in acks
+            )
+        )
         results.append(
             (
-                {t: (e.outcome, e.ack, repr(e.error)) for t, e in entries.items()},
+                {t: (e.outcome, e.ack, repr(e.error), e.token in p.window.retrying or e.token in p.sync.retrying)
+                 for t, e in entries.items()},
                 p.window.stats,
                 p.sync.stats,
                 [e.token for e in p.settled if isinstance(e, PendingPublish)],
-                (p.s.conn.stats.msgs_in, p.s.conn.stats.bytes_in),
+                sum(e is PROGRESS for e in p.settled),  # (after the run's entries in the lane, so counted)
+                p.m.wake_level,
+                (p.s.conn.stats.msgs_in, p.s.conn.stats.bytes_in, p.s.conn._subs[p.sid].delivered),
             )
         )
-        assert (p.s.conn._lane.read > 0) == (lane and any(b'"stream"' in b and b"domain" not in b for _, b in acks))
+        laned = any(b.startswith(b'{"stream"') and b"domain" not in b for _, b in acks)
+        assert (p.s.conn._lane.read > 0) == (lane and laned)
     assert results[0] == results[1]
 
 
@@ -229,6 +246,45 @@ def test_an_inbox_closed_is_disarmed() -> None:
     assert p.s.conn._lane.sids
     p.s.unsubscribe(p.sid)
     assert not p.s.conn._lane.sids and p.sid not in p.s._ack_routes
+
+
+def test_a_machine_that_stops_leaves_no_lane_and_no_route() -> None:
+    p = Publisher(lane=True)
+    p.s.command(p.slot, Stop(), 0.0)
+    assert not p.s.conn._lane.sids and p.sid not in p.s._ack_routes and p.sid not in p.s._routes
+
+
+def test_an_inbox_refused_by_the_server_is_disarmed() -> None:
+    p = Publisher(lane=True)
+    subject = p.inbox.decode() + "*"
+    p.s.receive_data(b"-ERR 'Permissions Violation for Subscription to \"%s\"'\r\n" % subject.encode(), 0.0)
+    assert not p.s.conn.has_subscription(p.sid)
+    assert not p.s.conn._lane.sids and p.sid not in p.s._ack_routes
+
+
+def test_the_lane_counts_towards_a_later_message_limit() -> None:
+    """PubAcks read in the lane count as delivered; an unsubscribe with a limit disarms the lane,
+    so the limit is counted message by message and the subscription ends at it."""
+    p = Publisher(lane=True)
+    entries = [p.add(t) for t in ("1", "2", "3", "4")]
+    p.feed(b"".join(msg(p.sid, t, puback(b"S", n), inbox=p.inbox) for t, n in ((b"1", 1), (b"2", 2))))
+    conn = p.s.conn
+    assert conn._subs[p.sid].delivered == 2 and conn._lane.read == 2
+    conn.unsubscribe(p.sid, max_msgs=3)
+    assert not conn._lane.sids
+    p.feed(b"".join(msg(p.sid, t, puback(b"S", n), inbox=p.inbox) for t, n in ((b"3", 3), (b"4", 4))))
+    assert conn._lane.read == 2 and not conn.has_subscription(p.sid)
+    # The third is the limit and settles its entry; the fourth, past it, is not routed (the
+    # inbox ended, and the machine with it: its last entry is settled as ambiguous).
+    assert [e.outcome for e in entries[:3]] == [ACKED] * 3 and entries[2].ack is not None and entries[2].ack.seq == 3
+    assert entries[3].outcome is not ACKED and entries[3].ack is None
+
+
+def test_a_subscription_with_a_limit_is_never_armed() -> None:
+    s = connected()
+    sid = s.conn.subscribe("_INBOX.AbCdEfGhIjKlMnOpQrStUv.*", None, 5)
+    s.conn.arm_ack_lane(sid)
+    assert not s.conn._lane.sids
 
 
 def test_the_bulk_window_reads_its_pubacks_in_the_lane() -> None:

@@ -130,19 +130,27 @@ def test_wire_harness_catches_broken_parsers(monkeypatch: pytest.MonkeyPatch, fa
 
 
 class _LossyLaneParser(Parser):
-    """Reads the ack lane's runs but loses the last PubAck of each."""
+    """Reads the ack lane's runs but gets the last PubAck's sequence wrong (by one: the sizes
+    still add up, so only the comparison with the plain parser can see it)."""
 
     def feed(self, data: bytes) -> list[Any]:
-        return [
-            AcksReceived(e.sid, e.acks[:-1], e.size) if isinstance(e, AcksReceived) else e for e in super().feed(data)
-        ]
+        out: list[Any] = []
+        for e in super().feed(data):
+            if isinstance(e, AcksReceived):
+                token, stream, seq, duplicate = e.acks[-1]
+                e = AcksReceived(e.sid, [*e.acks[:-1], (token, stream, seq + 1, duplicate)], e.size)
+            out.append(e)
+        return out
 
 
 def test_wire_harness_catches_a_lossy_ack_lane(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fuzz_wire, "Parser", _LossyLaneParser)
-    body = b'{"stream":"S","seq":1}'
-    with pytest.raises(AssertionError):
-        fuzz_wire.one_input(b"MSG _INBOX.AbCdEfGhIjKlMnOpQrStUv.1 1 %d\r\n%s\r\n" % (len(body), body))
+    frames = b"".join(
+        b"MSG _INBOX.AbCdEfGhIjKlMnOpQrStUv.%d 1 %d\r\n%s\r\n" % (i, len(body), body)
+        for i, body in ((1, b'{"stream":"S","seq":1}'), (2, b'{"stream":"S","seq":2}'))
+    )
+    with pytest.raises(AssertionError, match="plain="):  # (the comparison with the plain parser)
+        fuzz_wire.one_input(frames)
 
 
 def test_headers_harness_catches_a_lossy_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
