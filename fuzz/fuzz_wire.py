@@ -13,7 +13,7 @@ Also checked:
 * after an error the parser is poisoned: the next ``feed`` raises ``RemoteProtocolError`` again;
 * ``buffered`` never exceeds the control-line cap plus the largest accepted message (INFO has
   its own cap), plus a few bytes of framing;
-* a parser with an armed :class:`jscore.protocol.AckLane` (sids 1 and 2 on ``_INBOX``) gives
+* a parser with an armed :class:`jscore.protocol.AckLane` (sids 1 and 2, one ``_INBOX`` inbox) gives
   the same messages, whole and split: each PubAck of an :class:`AcksReceived` run is the
   ``MSG`` the plain parser read (token, payload, size), and everything else is equal, errors
   included.
@@ -65,6 +65,7 @@ __all__ = [
     "one_input",
     "FUZZ_MAX_PAYLOAD",
     "LANE_SIDS",
+    "LANE_INBOX",
 ]
 
 FUZZ_MAX_PAYLOAD = 1024
@@ -100,6 +101,8 @@ def buffer_bound(max_payload: int) -> int:
 
 LANE_SIDS = (1, 2)
 """The sids armed in the ack lane of :func:`check_lane` (inbox prefix ``_INBOX``)."""
+LANE_INBOX = "_INBOX.AbCdEfGhIjKlMnOpQrStUv."
+"""Their inbox (a message to another inbox on those sids goes the general way in both)."""
 _LANE_SUBJECT = re.compile(r"_INBOX\.[0-9A-Za-z]{22}\.([^.]*)")
 
 
@@ -115,7 +118,7 @@ def feed(
     if lane:
         ack_lane = AckLane("_INBOX")
         for sid in LANE_SIDS:
-            ack_lane.arm(sid)
+            ack_lane.arm(sid, LANE_INBOX)
     parser = Parser(max_payload, ack_lane)
     events: list[ParserEvent] = []
     peak = 0

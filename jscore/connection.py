@@ -792,8 +792,8 @@ class Connection:
         the parser's :class:`AckLane`: they come as :class:`AcksReceived` runs. Only for a
         subscription without a message limit (the lane does not count towards one)."""
         sub = self._subs.get(sid)
-        if sub is not None and sub.max_msgs is None:
-            self._lane.arm(sid)
+        if sub is not None and sub.max_msgs is None and sub.subject.endswith(b".*"):
+            self._lane.arm(sid, sub.subject[:-1].decode())
 
     def unsubscribe(self, sid: int, max_msgs: int | None = None) -> None:
         sub = self._subs.get(sid)

@@ -146,25 +146,34 @@ class AckLane:
     error, a status, a size that does not match, a stream name that is not printable ASCII)
     is read the general way as a :class:`MsgReceived`. What the lane gives is exactly what the
     general way and the PubAck decoder would (a hypothesis test holds the two equal).
+
+    Only frames that start ``MSG <an armed inbox>.`` are tried (:attr:`heads`), so replies to
+    requests and other inboxes cost one failed ``startswith``, not a failed match.
     """
 
-    __slots__ = ("head", "match", "sids", "read")
+    __slots__ = ("heads", "match", "sids", "read", "_heads")
 
     def __init__(self, inbox_prefix: str) -> None:
         prefix = inbox_prefix.encode()
-        self.head = b"MSG " + prefix + b"."
         self.match = re.compile(
             rb"MSG " + re.escape(prefix) + rb"\.[0-9A-Za-z]{22}\.([0-9A-Za-z]{1,32}) ([0-9]{1,10}) ([0-9]{1,4})\r\n"
             rb'(\{"stream":"([!#-\[\]-~]{1,255})","seq":([1-9][0-9]{0,18})(' + re.escape(PUBACK_DUPLICATE) + rb")?\})\r\n"
         ).match
         self.sids: dict[bytes, int] = {}
+        self._heads: dict[int, bytes] = {}
+        self.heads: tuple[bytes, ...] = ()  # ``MSG <inbox>.`` of every armed inbox
         self.read = 0  # PubAcks read in the lane so far
 
-    def arm(self, sid: int) -> None:
+    def arm(self, sid: int, inbox: str) -> None:
+        """Read the PubAcks of subscription ``sid`` to ``<inbox>*`` (``inbox`` ends with a dot)."""
         self.sids[str(sid).encode()] = sid
+        self._heads[sid] = b"MSG " + inbox.encode()
+        self.heads = tuple(self._heads.values())
 
     def disarm(self, sid: int) -> None:
         self.sids.pop(str(sid).encode(), None)
+        if self._heads.pop(sid, None) is not None:
+            self.heads = tuple(self._heads.values())
 
 
 ParserEvent = Union[InfoReceived, MsgReceived, AcksReceived, PingReceived, PongReceived, OkReceived, ErrReceived]
@@ -326,7 +335,7 @@ class Parser:
         subjects = _subject_cache
         sids = _sid_cache
         lane = self._lane
-        lane_head = lane.head if lane is not None and lane.sids else None
+        lane_heads = lane.heads if lane is not None and lane.heads else None
         while pos < n:
             end = buf.find(b"\r\n", pos, pos + MAX_INFO_LINE + 2)
             if end < 0:
@@ -335,7 +344,7 @@ class Parser:
             if end - pos > MAX_CONTROL_LINE and buf[pos : pos + 4].upper() != b"INFO":
                 raise RemoteProtocolError("control line too long")
             if buf.startswith(b"MSG ", pos):
-                if lane_head is not None and buf.startswith(lane_head, pos):
+                if lane_heads is not None and buf.startswith(lane_heads, pos):
                     after = self._ack_run(buf, pos, append)
                     if after != pos:
                         pos = after

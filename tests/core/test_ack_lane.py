@@ -101,8 +101,8 @@ def test_the_lane_gives_the_plain_parsers_messages(frames: list[bytes], data: An
 
 def test_a_run_is_one_event_per_inbox_in_order() -> None:
     lane = AckLane("_INBOX")
-    lane.arm(1)
-    lane.arm(2)
+    lane.arm(1, INBOX.decode())
+    lane.arm(2, INBOX.decode())
     wire = b"".join(
         [
             msg(1, b"1", puback(b"S", 1)),
@@ -121,17 +121,19 @@ def test_a_run_is_one_event_per_inbox_in_order() -> None:
 
 def test_an_inbox_not_armed_goes_the_general_way() -> None:
     lane = AckLane("_INBOX")
-    lane.arm(1)
+    lane.arm(1, INBOX.decode())
     events = Parser(lane=lane).feed(msg(2, b"1", puback(b"S", 1)))
     assert [e.__class__ for e in events] == [MsgReceived]
+    other = b"_INBOX.ZyXwVuTsRqPoNmLkJiHgFe."  # (the request mux's shape, another inbox)
+    assert [e.__class__ for e in Parser(lane=lane).feed(msg(1, b"1", puback(b"S", 1), inbox=other))] == [MsgReceived]
     lane.disarm(1)
     assert [e.__class__ for e in Parser(lane=lane).feed(msg(1, b"1", puback(b"S", 1)))] == [MsgReceived]
-    assert lane.read == 0
+    assert lane.read == 0 and lane.heads == ()
 
 
 def test_a_custom_inbox_prefix_is_matched_literally() -> None:
     lane = AckLane("my.app")
-    lane.arm(1)
+    lane.arm(1, "my.app.AbCdEfGhIjKlMnOpQrStUv.")
     assert Parser(lane=lane).feed(msg(1, b"1", puback(b"S", 1), inbox=b"my.app.AbCdEfGhIjKlMnOpQrStUv."))[0].__class__ \
         is AcksReceived
     assert Parser(lane=lane).feed(msg(1, b"1", puback(b"S", 1), inbox=b"myXapp.AbCdEfGhIjKlMnOpQrStUv."))[0].__class__ \
@@ -245,7 +247,7 @@ def test_an_inbox_closed_is_disarmed() -> None:
     p = Publisher(lane=True)
     assert p.s.conn._lane.sids
     p.s.unsubscribe(p.sid)
-    assert not p.s.conn._lane.sids and p.sid not in p.s._ack_routes
+    assert not p.s.conn._lane.sids and not p.s.conn._lane.heads and p.sid not in p.s._ack_routes
 
 
 def test_a_machine_that_stops_leaves_no_lane_and_no_route() -> None:
