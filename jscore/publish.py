@@ -699,13 +699,7 @@ class PublishWindow(Generic[E]):
                 pass
             else:
                 if ack.seq > 0 and ack.stream:
-                    entry.ack = ack
-                    if ack.duplicate:
-                        entry.outcome = DUPLICATE
-                        self._duplicates += 1
-                    else:
-                        entry.outcome = ACKED
-                        self._acked += 1
+                    self._settle(entry, DUPLICATE if ack.duplicate else ACKED, ack, None)
                     return entry
         reply = classify_reply(data, status, None, entry.subject)
         if reply.ack is not None:

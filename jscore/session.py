@@ -229,7 +229,7 @@ class Session:
             self._routes[slot.sid] = self._receiver(slot)
             receive_acks = getattr(machine, "receive_acks", None)
             if wildcard and receive_acks is not None:
-                self._ack_routes[slot.sid] = self._run_receiver(slot, receive_acks)
+                self._ack_routes[slot.sid] = self._receiver(slot, receive_acks)
                 conn.arm_ack_lane(slot.sid)
             self._ends[slot.sid] = self._inbox_ender(slot)
         self._slots[slot.id] = slot
@@ -272,11 +272,15 @@ class Session:
         slot = self._slots.get(slot_id)
         return "" if slot is None else slot.inbox
 
-    def _receiver(self, slot: _Slot) -> Deliver:
-        receive_msg = slot.machine.receive_msg
+    def _receiver(self, slot: _Slot, receive: Callable[[Any, float], None] | None = None) -> Callable[
+        [Any, float], None
+    ]:
+        """The delivery of ``slot``'s inbox: each message (or, with ``receive``, each run of
+        PubAcks read in the connection's AckLane) to its machine."""
+        receive_msg = slot.machine.receive_msg if receive is None else receive
         touched = self._touched
 
-        def receive(msg: MsgReceived, now: float) -> None:
+        def deliver(msg: Any, now: float) -> None:
             # Once per message, so only the machine is called here: what it decided (its
             # events, its end, its new deadline) is acted on once per pump, for all the
             # messages of one read together (see _settle).
@@ -290,26 +294,7 @@ class Session:
                 slot.touched = True
                 touched.append(slot)
 
-        return receive
-
-    def _run_receiver(self, slot: _Slot, receive_acks: Callable[[AcksReceived, float], None]) -> Callable[
-        [AcksReceived, float], None
-    ]:
-        touched = self._touched
-
-        def receive(run: AcksReceived, now: float) -> None:
-            # As _receiver's, for a run of PubAcks read in the connection's AckLane.
-            try:
-                receive_acks(run, now)
-            except Exception as exc:  # noqa: BLE001
-                self._settle_slot(slot)
-                self._fail(slot, exc, "internal error")
-                return
-            if not slot.touched:
-                slot.touched = True
-                touched.append(slot)
-
-        return receive
+        return deliver
 
     def _settle(self) -> None:
         """Act on the events of every machine fed messages since the last call, in the order

@@ -5,20 +5,17 @@ windows, and only for the inboxes armed in it."""
 
 from __future__ import annotations
 
-import json
-import random
 from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fuzz.fuzz_wire import check_lane
-from jscore.connection import ConnectOptions
 from jscore.publish import ACKED, DUPLICATE, FrameWindow, PendingPublish, PublishWindow
 from jscore.machine import Stop
 from jscore.pubmachines import PROGRESS, AsyncPublishMachine, BulkPublishMachine, WatchLevel
 from jscore.protocol import PUBACK_DUPLICATE, AckLane, AcksReceived, MsgReceived, Parser
-from jscore.session import Session
+from tests.core.test_session_settle import connected
 
 INBOX = b"_INBOX.AbCdEfGhIjKlMnOpQrStUv."
 
@@ -141,20 +138,6 @@ def test_a_custom_inbox_prefix_is_matched_literally() -> None:
 
 
 # -------------------------------------------------------------------------------- the session
-
-
-def connected() -> Session:
-    s = Session(ConnectOptions(servers=("nats://127.0.0.1:4222",), ping_interval=1000.0), rng=random.Random(3))
-    s.start(0.0)
-    while s.next_event() is not None:
-        pass
-    s.connection_made(0.0)
-    s.receive_data(b"INFO " + json.dumps({"max_payload": 1 << 20, "headers": True}).encode() + b"\r\n", 0.0)
-    s.data_to_send()
-    s.receive_data(b"PONG\r\n", 0.0)
-    while s.next_event() is not None:
-        pass
-    return s
 
 
 class Publisher:
