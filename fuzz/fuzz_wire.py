@@ -16,7 +16,11 @@ Also checked:
 * a parser with an armed :class:`jscore.protocol.AckLane` (sids 1 and 2, one ``_INBOX`` inbox) gives
   the same messages, whole and split: each PubAck of an :class:`AcksReceived` run is the
   ``MSG`` the plain parser read (token, payload, size), and everything else is equal, errors
-  included.
+  included;
+* the same parser has delivery runs armed for sid 3 (:data:`RUN_SIDS`): every message of a
+  :class:`MsgsReceived` run is the plain parser's, no run is empty, holds a status or another
+  sid, and its size is its messages' sum; a message on sid 3 that is not a status never comes
+  alone.
 
 ``one_input`` raises ``AssertionError`` when the invariant breaks, and lets any exception other
 than ``RemoteProtocolError`` escape: both are crashes for a coverage-guided fuzzer.
@@ -49,6 +53,7 @@ from jscore.protocol import (
     AckLane,
     AcksReceived,
     MsgReceived,
+    MsgsReceived,
     Parser,
     ParserEvent,
 )
@@ -66,6 +71,7 @@ __all__ = [
     "FUZZ_MAX_PAYLOAD",
     "LANE_SIDS",
     "LANE_INBOX",
+    "RUN_SIDS",
 ]
 
 FUZZ_MAX_PAYLOAD = 1024
@@ -103,6 +109,8 @@ LANE_SIDS = (1, 2)
 """The sids armed in the ack lane of :func:`check_lane` (inbox prefix ``_INBOX``)."""
 LANE_INBOX = "_INBOX.AbCdEfGhIjKlMnOpQrStUv."
 """Their inbox (a message to another inbox on those sids goes the general way in both)."""
+RUN_SIDS = (3,)
+"""The sids armed for delivery runs in the lane of :func:`check_lane`."""
 _LANE_SUBJECT = re.compile(r"_INBOX\.[0-9A-Za-z]{22}\.([^.]*)")
 
 
@@ -119,6 +127,8 @@ def feed(
         ack_lane = AckLane("_INBOX")
         for sid in LANE_SIDS:
             ack_lane.arm(sid, LANE_INBOX)
+        for sid in RUN_SIDS:
+            ack_lane.arm_runs(sid)
     parser = Parser(max_payload, ack_lane)
     events: list[ParserEvent] = []
     peak = 0
@@ -206,9 +216,20 @@ def check_wire(
 def lane_view(events: Sequence[ParserEvent]) -> list[object]:
     """The events with every message on an armed inbox as ``(sid, token, payload, size)``:
     an :class:`AcksReceived` run gives one per PubAck (its payload written back in the
-    server's form), a plain ``MSG`` on such an inbox one; everything else stays itself."""
+    server's form), a plain ``MSG`` on such an inbox one; a :class:`MsgsReceived` run gives its
+    messages (each read the same way); everything else stays itself."""
     out: list[object] = []
+    flat: list[ParserEvent] = []
     for e in events:
+        if e.__class__ is MsgsReceived:
+            assert isinstance(e, MsgsReceived)
+            assert e.sid in RUN_SIDS and e.msgs, e
+            assert all(m.sid == e.sid and m.status is None for m in e.msgs), e
+            assert sum(m.size for m in e.msgs) == e.size, e
+            flat.extend(e.msgs)
+        else:
+            flat.append(e)
+    for e in flat:
         if e.__class__ is AcksReceived:
             assert isinstance(e, AcksReceived)
             assert e.sid in LANE_SIDS and e.acks, e
@@ -239,6 +260,9 @@ def check_lane(data: bytes, cuts: Sequence[int] = (), max_payload: int = FUZZ_MA
     if plain.error is not None:
         assert str(plain.error) == str(laned.error), (plain.error, laned.error)
     assert lane_view(laned.events) == lane_view(plain.events), f"plain={plain.events!r} lane={laned.events!r}"
+    for e in laned.events:
+        if e.__class__ is MsgReceived and e.sid in RUN_SIDS:  # type: ignore[union-attr]
+            assert e.status is not None, f"a message on a run sid came alone: {e!r}"  # type: ignore[union-attr]
     return laned
 
 

@@ -57,6 +57,7 @@ from .protocol import (
     ErrReceived,
     InfoReceived,
     MsgReceived,
+    MsgsReceived,
     OkReceived,
     Parser,
     PingReceived,
@@ -795,6 +796,14 @@ class Connection:
         if sub is not None and sub.max_msgs is None and sub.subject.endswith(b".*"):
             self._lane.arm(sid, sub.subject[:-1].decode())
 
+    def arm_runs(self, sid: int) -> None:
+        """Deliver the messages of subscription ``sid`` (a pull's inbox) in runs: see
+        :class:`AckLane`. Only for a subscription without a message limit (a run does not
+        count towards one)."""
+        sub = self._subs.get(sid)
+        if sub is not None and sub.max_msgs is None and sid != self._resp_sid:
+            self._lane.arm_runs(sid)
+
     def unsubscribe(self, sid: int, max_msgs: int | None = None) -> None:
         sub = self._subs.get(sid)
         if sub is None:
@@ -1064,8 +1073,8 @@ class Connection:
                     continue
                 events.append(frame)
                 continue  # (a message changes no state: the check below is for the other frames)
-            elif frame.__class__ is AcksReceived:
-                count = len(frame.acks)
+            elif frame.__class__ is MsgsReceived or frame.__class__ is AcksReceived:
+                count = len(frame.msgs) if isinstance(frame, MsgsReceived) else len(frame.acks)
                 stats.msgs_in += count
                 stats.bytes_in += frame.size
                 sub = subs.get(frame.sid)

@@ -15,7 +15,7 @@ from typing import Any, Union
 import msgspec
 
 from .headers import HeadersInput
-from .protocol import AcksReceived, MsgReceived
+from .protocol import AcksReceived, MsgReceived, MsgsReceived
 
 __all__ = [
     "ServerAddress",
@@ -193,6 +193,7 @@ Event = Union[
     SubscriptionEnded,
     MsgReceived,
     AcksReceived,
+    MsgsReceived,
 ]
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "InfoReceived",
     "MsgReceived",
     "AcksReceived",
+    "MsgsReceived",
     "AckLane",
     "PUBACK_DUPLICATE",
     "PingReceived",
@@ -131,12 +132,23 @@ class AcksReceived(msgspec.Struct, frozen=True, gc=False):
     size: int
 
 
+class MsgsReceived(msgspec.Struct, gc=False):
+    """A run of messages in a row on one subscription armed for delivery runs
+    (:meth:`AckLane.arm_runs`: a fetch's or a consume's inbox), each exactly the
+    :class:`MsgReceived` the frame gives, in order. Status messages are never in a run (they
+    come alone, as :class:`MsgReceived`). ``size`` is the sum of the messages' sizes."""
+
+    sid: int
+    msgs: list[MsgReceived]
+    size: int
+
+
 PUBACK_DUPLICATE: Final = b',"duplicate": true'
 """How nats-server marks a duplicate in a PubAck (with that space): the form the lane reads."""
 
 
 class AckLane:
-    """The PubAck lane of one connection's parsers.
+    """The PubAck lane of one connection's parsers, and its delivery runs.
 
     A ``MSG`` on an armed reply inbox (a publish window's ``<inbox_prefix>.<22 chars>.*``)
     whose payload is exactly the form nats-server writes for a stored message,
@@ -149,9 +161,14 @@ class AckLane:
 
     Only frames that start ``MSG <an armed inbox>.`` are tried (:attr:`heads`), so replies to
     requests and other inboxes cost one failed ``startswith``, not a failed match.
+
+    Delivery runs: the messages (not statuses) arriving in a row on a subscription in
+    :attr:`runs` (:meth:`arm_runs`) come as one :class:`MsgsReceived`, so what each message
+    costs after the parse (routing, the machine's accounting, its event) is paid once per run.
+    The messages are parsed the general way, whatever their form.
     """
 
-    __slots__ = ("heads", "match", "sids", "read", "_heads")
+    __slots__ = ("heads", "match", "sids", "read", "runs", "_heads")
 
     def __init__(self, inbox_prefix: str) -> None:
         prefix = inbox_prefix.encode()
@@ -163,6 +180,7 @@ class AckLane:
         self._heads: dict[int, bytes] = {}
         self.heads: tuple[bytes, ...] = ()  # ``MSG <inbox>.`` of every armed inbox
         self.read = 0  # PubAcks read in the lane so far
+        self.runs: set[int] = set()  # sids whose messages come in runs
 
     def arm(self, sid: int, inbox: str) -> None:
         """Read the PubAcks of subscription ``sid`` to ``<inbox>*`` (``inbox`` ends with a dot)."""
@@ -170,13 +188,18 @@ class AckLane:
         self._heads[sid] = b"MSG " + inbox.encode()
         self.heads = tuple(self._heads.values())
 
+    def arm_runs(self, sid: int) -> None:
+        """Deliver the messages of subscription ``sid`` in :class:`MsgsReceived` runs."""
+        self.runs.add(sid)
+
     def disarm(self, sid: int) -> None:
+        self.runs.discard(sid)
         self.sids.pop(str(sid).encode(), None)
         if self._heads.pop(sid, None) is not None:
             self.heads = tuple(self._heads.values())
 
 
-ParserEvent = Union[InfoReceived, MsgReceived, AcksReceived, PingReceived, PongReceived, OkReceived, ErrReceived]
+ParserEvent = Union[InfoReceived, MsgReceived, MsgsReceived, AcksReceived, PingReceived, PongReceived, OkReceived, ErrReceived]
 
 _PING_EVENT: Final = PingReceived()
 _PONG_EVENT: Final = PongReceived()
@@ -336,6 +359,8 @@ class Parser:
         sids = _sid_cache
         lane = self._lane
         lane_heads = lane.heads if lane is not None and lane.heads else None
+        runs = lane.runs if lane is not None else None
+        run: MsgsReceived | None = None  # the run the last event appended is (see AckLane)
         while pos < n:
             end = buf.find(b"\r\n", pos, pos + MAX_INFO_LINE + 2)
             if end < 0:
@@ -348,6 +373,7 @@ class Parser:
                     after = self._ack_run(buf, pos, append)
                     if after != pos:
                         pos = after
+                        run = None
                         continue
                 # The hot path: inlined checks, no slices but the ones we keep.
                 args = buf[pos + 4 : end].split()
@@ -384,18 +410,18 @@ class Parser:
                         raise RemoteProtocolError("reply subject is not valid UTF-8") from exc
                 else:
                     reply = None
-                append(
-                    MsgReceived(
-                        subject,
-                        sid,
-                        reply,
-                        buf[start:stop],
-                        None,
-                        None,
-                        None,
-                        len(subject_b) + len(reply_b) + size,
-                    )
-                )
+                size += len(subject_b) + len(reply_b)
+                msg = MsgReceived(subject, sid, reply, buf[start:stop], None, None, None, size)
+                if runs and sid in runs:
+                    if run is not None and run.sid == sid:
+                        run.msgs.append(msg)
+                        run.size += size
+                    else:
+                        run = MsgsReceived(sid, [msg], size)
+                        append(run)
+                else:
+                    append(msg)
+                    run = None
                 pos = stop + 2
             elif buf.startswith(b"HMSG ", pos):
                 # The other hot path (JetStream messages, replies with status), inlined the same way.
@@ -441,23 +467,24 @@ class Parser:
                         raise RemoteProtocolError("reply subject is not valid UTF-8") from exc
                 else:
                     reply = None
-                append(
-                    MsgReceived(
-                        subject,
-                        sid,
-                        reply,
-                        buf[start + hdr : stop],
-                        headers,
-                        status,
-                        description,
-                        len(subject_b) + len(reply_b) + size,
-                    )
-                )
+                size += len(subject_b) + len(reply_b)
+                msg = MsgReceived(subject, sid, reply, buf[start + hdr : stop], headers, status, description, size)
+                if status is None and runs and sid in runs:
+                    if run is not None and run.sid == sid:
+                        run.msgs.append(msg)
+                        run.size += size
+                    else:
+                        run = MsgsReceived(sid, [msg], size)
+                        append(run)
+                else:
+                    append(msg)
+                    run = None
                 pos = stop + 2
             else:
                 line = buf[pos:end]
                 pos = end + 2
                 self._parse_control(line, append)
+                run = None
         return events, pos
 
     def _check_partial_line(self, buf: bytes, pos: int, n: int) -> None:

@@ -24,8 +24,9 @@ How a transport drives a machine (the same for both):
 2. publish the ``body`` of every :class:`PullRequested` to :func:`pull_subject` with the inbox
    as the reply subject; publish an empty message to the ``reply`` of every
    :class:`FlowControlReplyRequested`;
-3. feed every message of the inbox to ``receive_msg``; hand every :class:`MessageDelivered` to
-   the user; report each message the user took from the local queue with
+3. feed every message of the inbox to ``receive_msg`` (or a run of messages in a row, none a
+   status, to ``receive_msgs``); hand every :class:`MessageDelivered` and the messages of
+   every :class:`MessagesDelivered` to the user; report each message the user took from the local queue with
    ``handle(MessagesTaken(count, size))`` (consume only);
 4. report ``ConnectionLost`` / ``ConnectionRestored`` / ``ConnectionClosed``; call
    ``handle_timeout(now)`` when ``next_deadline()`` passes;
@@ -60,7 +61,7 @@ from .errors import (
 from .headers import Headers
 from .jsapi import check_consumer_name, check_group_name, check_stream_name
 from .models import ConsumerConfig, PriorityPolicy
-from .protocol import MsgReceived
+from .protocol import MsgReceived, MsgsReceived
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Stop
 from .validate import check_bool
 
@@ -112,6 +113,7 @@ __all__ = [
     "PullRequested",
     "AckNextRequested",
     "MessageDelivered",
+    "MessagesDelivered",
     "FlowControlReplyRequested",
     "HeartbeatMissed",
     "StatusWarning",
@@ -784,6 +786,13 @@ class MessageDelivered(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     msg: MsgReceived
 
 
+class MessagesDelivered(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """User messages for the application, in order: what :class:`MessageDelivered` would give
+    for each, from one run fed to ``receive_msgs``."""
+
+    msgs: list[MsgReceived]
+
+
 class FlowControlReplyRequested(msgspec.Struct, frozen=True, kw_only=True):
     """Publish an empty message to ``reply`` (answer to a '100 FlowControl Request')."""
 
@@ -890,6 +899,7 @@ PullEvent = Union[
     PullRequested,
     AckNextRequested,
     MessageDelivered,
+    MessagesDelivered,
     FlowControlReplyRequested,
     HeartbeatMissed,
     StatusWarning,
@@ -1102,6 +1112,52 @@ class FetchMachine(_Machine):
                     self._finish(None, "max_bytes reached", None, FetchEnd.BATCH_COMPLETE)
                 return
             self._on_status(msg, now)
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
+    def receive_msgs(self, msgs: MsgsReceived, now: float) -> None:
+        """A run of user messages of the fetch's inbox (none a status): the same as each fed to
+        :meth:`receive_msg` in turn, with one :class:`MessagesDelivered`."""
+        if self._broken is not None:
+            self._check()
+        try:
+            if self.state is _FINISHED:
+                self.ignored += len(msgs.msgs)
+                return
+            self._last_seen = now
+            self._resend_at = None  # (a message: the pull is served after all)
+            opts = self.options
+            batch = opts.batch
+            max_bytes = opts.max_bytes
+            run = msgs.msgs
+            if self.delivered + len(run) < batch and not max_bytes and not self._track_pin:
+                # The common case: the whole run fits and nothing is checked per message.
+                self.delivered += len(run)
+                self.delivered_bytes += msgs.size
+                self._events.append(MessagesDelivered(msgs=run))
+                return
+            taken: list[MsgReceived] = []
+            for i, msg in enumerate(run):
+                self.delivered += 1
+                self.delivered_bytes += msg.size
+                if self._track_pin:
+                    pin = _last_pin(msg.headers)
+                    if pin is not None and pin != self.pin_id:
+                        self.pin_id = pin
+                        if taken:
+                            self._events.append(MessagesDelivered(msgs=taken))
+                            taken = []
+                        self._events.append(PinIdChanged(pin_id=pin))
+                taken.append(msg)
+                if self.delivered >= batch or (max_bytes and self.delivered_bytes >= max_bytes):
+                    self._events.append(MessagesDelivered(msgs=taken))
+                    reason = "batch complete" if self.delivered >= batch else "max_bytes reached"
+                    self._finish(None, reason, None, FetchEnd.BATCH_COMPLETE)
+                    self.ignored += len(run) - i - 1
+                    return
+            if taken:
+                self._events.append(MessagesDelivered(msgs=taken))
         except BaseException as exc:
             self._broken = exc
             raise
@@ -1350,6 +1406,43 @@ class ConsumeMachine(_Machine):
             if state is _RUNNING:
                 self._on_status(msg, now)
             # While draining a status changes nothing: no pull will follow anyway.
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
+    def receive_msgs(self, msgs: MsgsReceived, now: float) -> None:
+        """A run of user messages of the consume's inbox (none a status): the same as each fed
+        to :meth:`receive_msg` in turn, with one :class:`MessagesDelivered`. The hot path."""
+        if self._broken is not None:
+            self._check()
+        try:
+            run = msgs.msgs
+            count = len(run)
+            if self.state is _FINISHED:
+                self.ignored += count
+                return
+            self._last_seen = now
+            size = msgs.size
+            p = self.pending_messages - count
+            self.pending_messages = p if p > 0 else 0
+            p = self.pending_bytes - size
+            self.pending_bytes = p if p > 0 else 0
+            self.buffered_messages += count
+            self.buffered_bytes += size
+            self.delivered += count
+            if self._track_pin:
+                taken: list[MsgReceived] = []
+                for msg in run:
+                    pin = _last_pin(msg.headers)
+                    if pin is not None and pin != self.pin_id:
+                        self.pin_id = pin
+                        if taken:
+                            self._events.append(MessagesDelivered(msgs=taken))
+                            taken = []
+                        self._events.append(PinIdChanged(pin_id=pin))
+                    taken.append(msg)
+                run = taken
+            self._events.append(MessagesDelivered(msgs=run))
         except BaseException as exc:
             self._broken = exc
             raise

@@ -38,7 +38,7 @@ from .connection import ConnectOptions, Connection, State
 from .directget import DirectGetRequested
 from .errors import ConnectionClosedError, LocalProtocolError, NatsError
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, MachineFailed, SendRequested, SubMachine
-from .protocol import AcksReceived, MsgReceived
+from .protocol import AcksReceived, MsgReceived, MsgsReceived
 from .jsmsg import WPI, ProgressRequested
 from .pubmachines import FramesRequested, PublishRequested, SendFailed
 from .pull import AckNextRequested, Drain, FlowControlReplyRequested, PullRequested
@@ -101,8 +101,9 @@ class Session:
         self.conn = Connection(options, rng=rng, credentials=credentials)
         self._slots: dict[int, _Slot] = {}
         self._routes: dict[int, Deliver] = {}  # sid -> delivery (a slot's or a subscription's)
-        # sid -> a slot's delivery of PubAck runs (machines with ``receive_acks``; see AckLane)
-        self._ack_routes: dict[int, Callable[[AcksReceived, float], None]] = {}
+        # sid -> a slot's delivery of runs: PubAcks (machines with ``receive_acks``) or messages
+        # (machines with ``receive_msgs``); see AckLane
+        self._run_routes: dict[int, Callable[[Any, float], None]] = {}
         self._ends: dict[int, Ended] = {}  # sid -> what to call when the subscription ends
         self._heap: list[tuple[float, int]] = []  # (deadline, slot id); stale entries skipped
         self._dirty: list[_Slot] = []  # slots whose deadline may have changed
@@ -228,9 +229,13 @@ class Session:
                 slot.sid = conn.subscribe(slot.inbox)
             self._routes[slot.sid] = self._receiver(slot)
             receive_acks = getattr(machine, "receive_acks", None)
+            receive_msgs = getattr(machine, "receive_msgs", None)
             if wildcard and receive_acks is not None:
-                self._ack_routes[slot.sid] = self._receiver(slot, receive_acks)
+                self._run_routes[slot.sid] = self._receiver(slot, receive_acks)
                 conn.arm_ack_lane(slot.sid)
+            elif receive_msgs is not None:
+                self._run_routes[slot.sid] = self._receiver(slot, receive_msgs)
+                conn.arm_runs(slot.sid)
             self._ends[slot.sid] = self._inbox_ender(slot)
         self._slots[slot.id] = slot
         self._after(slot)
@@ -276,7 +281,7 @@ class Session:
         [Any, float], None
     ]:
         """The delivery of ``slot``'s inbox: each message (or, with ``receive``, each run of
-        PubAcks read in the connection's AckLane) to its machine."""
+        PubAcks or of messages read in the connection's AckLane) to its machine."""
         receive_msg = slot.machine.receive_msg if receive is None else receive
         touched = self._touched
 
@@ -412,7 +417,7 @@ class Session:
             return
         slot.sid = 0
         self._routes.pop(sid, None)
-        self._ack_routes.pop(sid, None)
+        self._run_routes.pop(sid, None)
         self._ends.pop(sid, None)
         conn = self.conn
         if conn.state is not State.CLOSED and conn.has_subscription(sid):
@@ -499,7 +504,7 @@ class Session:
         conn.unsubscribe(sid, max_msgs)
         if not conn.has_subscription(sid):
             self._routes.pop(sid, None)
-            self._ack_routes.pop(sid, None)
+            self._run_routes.pop(sid, None)
             end = self._ends.pop(sid, None)
             if end is not None:
                 end(None)
@@ -507,7 +512,7 @@ class Session:
     def forget(self, sid: int) -> None:
         """Stop routing ``sid`` (the shell has ended it itself)."""
         self._routes.pop(sid, None)
-        self._ack_routes.pop(sid, None)
+        self._run_routes.pop(sid, None)
         self._ends.pop(sid, None)
 
     def has_route(self, sid: int) -> bool:
@@ -530,17 +535,17 @@ class Session:
                 if deliver is not None:
                     deliver(e, now)  # type: ignore[arg-type]
                 continue
-            if cls is AcksReceived:
-                deliver_run = self._ack_routes.get(e.sid)  # type: ignore[union-attr]
+            if cls is MsgsReceived or cls is AcksReceived:
+                deliver_run = self._run_routes.get(e.sid)  # type: ignore[union-attr]
                 if deliver_run is not None:
-                    deliver_run(e, now)  # type: ignore[arg-type]
+                    deliver_run(e, now)
                 continue
             if self._touched:
                 self._settle()  # what the messages before this event produced comes first
             if cls is ev.SubscriptionEnded:
                 assert isinstance(e, ev.SubscriptionEnded)
                 routes.pop(e.sid, None)
-                self._ack_routes.pop(e.sid, None)
+                self._run_routes.pop(e.sid, None)
                 end = self._ends.pop(e.sid, None)
                 if end is not None:
                     end(e.error)

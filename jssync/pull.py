@@ -63,6 +63,7 @@ _SAFETY: Final = 5.0
 _ACK_DELAY: Final = 0.002
 HANDLER_FINISHED: Final = HandlerFinished()
 _DELIVERED: Final = P.MessageDelivered  # (bound once: the sinks test it per message)
+_DELIVERED_RUN: Final = P.MessagesDelivered
 _new_jsmsg: Final = JsMsg._from_event
 
 
@@ -110,7 +111,12 @@ class _Driver:
 
     def _on_event(self, e: Any) -> None:
         cls = e.__class__
-        if cls is _DELIVERED:
+        if cls is _DELIVERED_RUN:
+            put = self._q.put
+            client = self._client
+            for m in e.msgs:
+                put(_new_jsmsg(m, client))
+        elif cls is _DELIVERED:
             self._q.put(_new_jsmsg(e.msg, self._client))
         elif cls is P.FetchFinished or cls is P.ConsumeTerminated:
             self._finish(e.error, e.reason)
@@ -312,7 +318,14 @@ class _ConsumeDriver(_Driver):
         shell.publish_to_reply(reply, P.ACK_BODY, False)
 
     def _on_event(self, e: Any) -> None:
-        if e.__class__ is _DELIVERED:
+        if e.__class__ is _DELIVERED_RUN:
+            put = self._q.put
+            client = self._client
+            for m in e.msgs:
+                msg = _new_jsmsg(m, client)
+                msg._source = self
+                put(msg)
+        elif e.__class__ is _DELIVERED:
             msg = _new_jsmsg(e.msg, self._client)
             msg._source = self
             self._q.put(msg)

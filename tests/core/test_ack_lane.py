@@ -230,13 +230,13 @@ def test_an_inbox_closed_is_disarmed() -> None:
     p = Publisher(lane=True)
     assert p.s.conn._lane.sids
     p.s.unsubscribe(p.sid)
-    assert not p.s.conn._lane.sids and not p.s.conn._lane.heads and p.sid not in p.s._ack_routes
+    assert not p.s.conn._lane.sids and not p.s.conn._lane.heads and p.sid not in p.s._run_routes
 
 
 def test_a_machine_that_stops_leaves_no_lane_and_no_route() -> None:
     p = Publisher(lane=True)
     p.s.command(p.slot, Stop(), 0.0)
-    assert not p.s.conn._lane.sids and p.sid not in p.s._ack_routes and p.sid not in p.s._routes
+    assert not p.s.conn._lane.sids and p.sid not in p.s._run_routes and p.sid not in p.s._routes
 
 
 def test_an_inbox_refused_by_the_server_is_disarmed() -> None:
@@ -244,7 +244,7 @@ def test_an_inbox_refused_by_the_server_is_disarmed() -> None:
     subject = p.inbox.decode() + "*"
     p.s.receive_data(b"-ERR 'Permissions Violation for Subscription to \"%s\"'\r\n" % subject.encode(), 0.0)
     assert not p.s.conn.has_subscription(p.sid)
-    assert not p.s.conn._lane.sids and p.sid not in p.s._ack_routes
+    assert not p.s.conn._lane.sids and p.sid not in p.s._run_routes
 
 
 def test_the_lane_counts_towards_a_later_message_limit() -> None:

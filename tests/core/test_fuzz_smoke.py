@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from fuzz import fuzz_headers, fuzz_wire
 from jscore.errors import RemoteProtocolError
-from jscore.protocol import AcksReceived, Parser
+from jscore.protocol import AcksReceived, MsgsReceived, Parser
 
 FUZZ_DIR = Path(fuzz_wire.__file__).resolve().parent
 TARGETS: dict[str, Callable[[bytes], None]] = {"wire": fuzz_wire.one_input, "headers": fuzz_headers.one_input}
@@ -151,6 +151,40 @@ def test_wire_harness_catches_a_lossy_ack_lane(monkeypatch: pytest.MonkeyPatch) 
     )
     with pytest.raises(AssertionError, match="plain="):  # (the comparison with the plain parser)
         fuzz_wire.one_input(frames)
+
+
+class _LossyRunsParser(Parser):
+    """Reads delivery runs but drops a run's last message when it has more than one (its size
+    still counting it)."""
+
+    def feed(self, data: bytes) -> list[Any]:
+        out: list[Any] = []
+        for e in super().feed(data):
+            if isinstance(e, MsgsReceived) and len(e.msgs) > 1:
+                e = MsgsReceived(e.sid, e.msgs[:-1], e.size - e.msgs[-1].size)
+            out.append(e)
+        return out
+
+
+class _UnrunParser(Parser):
+    """Delivers a run's messages one by one, as the plain parser does."""
+
+    def feed(self, data: bytes) -> list[Any]:
+        out: list[Any] = []
+        for e in super().feed(data):
+            out.extend(e.msgs if isinstance(e, MsgsReceived) else [e])
+        return out
+
+
+_RUN = b"MSG s.a 3 $JS.ACK.S.c.1.1.1.1.0 2\r\nm1\r\nHMSG s.b 3 18 20\r\nNATS/1.0\r\nA: b\r\n\r\nm2\r\n"
+
+
+@pytest.mark.parametrize("fake,match", [(_LossyRunsParser, "plain="), (_UnrunParser, "came alone")])
+def test_wire_harness_catches_broken_delivery_runs(monkeypatch: pytest.MonkeyPatch, fake: type, match: str) -> None:
+    fuzz_wire.one_input(_RUN)  # (the real parser passes)
+    monkeypatch.setattr(fuzz_wire, "Parser", fake)
+    with pytest.raises(AssertionError, match=match):
+        fuzz_wire.one_input(_RUN)
 
 
 def test_headers_harness_catches_a_lossy_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -73,6 +73,9 @@ class Op:
             self.ended = True
         if e.__class__ is P.MessageDelivered:
             self.delivered += 1
+        if e.__class__ is P.MessagesDelivered:
+            assert e.msgs, "an empty run"
+            self.delivered += len(e.msgs)
         if e.__class__ is OrderedMessageDelivered:
             self.seqs.append(e.metadata.sequence.stream)
 
@@ -476,8 +479,9 @@ class SessionMachine(RuleBasedStateMachine):
             if op.ended:
                 assert op.slot not in self.s._slots
             for e in op.events:
-                if e.__class__ is P.MessageDelivered:
-                    assert e.msg.subject == self.s.inbox_of(op.slot) or op.slot not in self.s._slots
+                msgs = [e.msg] if e.__class__ is P.MessageDelivered else e.msgs if e.__class__ is P.MessagesDelivered else []
+                for msg in msgs:
+                    assert msg.subject == self.s.inbox_of(op.slot) or op.slot not in self.s._slots
             if op.kind in ("fetch", "consume"):
                 seen = m.delivered + m.ignored  # every user message reached the machine
                 assert op.sent <= seen <= op.sent + op.burst_statuses, (op.kind, m.delivered, m.ignored, op.sent)

@@ -81,6 +81,34 @@ def test_consume_delivers_every_message_once_in_order(env: PullEnv) -> None:
 
 
 @pytest.mark.timeout(30)
+def test_the_servers_deliveries_come_in_runs(env: PullEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consume's and a fetch's messages (with and without headers) reach their machines in
+    runs (``receive_msgs``), in order, each once, with the server's heartbeats between them."""
+    in_runs: Counter[str] = Counter()
+    for machine in (P.ConsumeMachine, P.FetchMachine):
+        original = machine.receive_msgs
+
+        def spy(self: Any, msgs: Any, now: float, original: Any = original) -> None:
+            in_runs[type(self).__name__] += len(msgs.msgs)
+            original(self, msgs, now)
+
+        monkeypatch.setattr(machine, "receive_msgs", spy)
+    sent = env.publish(150)
+    for i in range(150, 300):  # (a header block: HMSG, as a message with a msg id arrives)
+        env.js.publish(env.subject("a"), f"m{i}".encode(), headers={"X-N": str(i)})
+        sent.append(f"m{i}".encode())
+    rec = Recorder()
+    with env.consumer("R").consume(rec, max_messages=100, expires=EXPIRES, heartbeat=HB):
+        rec.wait_count(300, 10.0)
+    assert rec.data() == sent
+    assert [m.headers.get("X-N") if m.headers else None for m in rec.msgs()] == [None] * 150 + [str(i) for i in range(150, 300)]
+    assert in_runs["ConsumeMachine"] == 300
+    got = list(env.consumer("F").fetch(120, expires=EXPIRES))
+    assert [m.data for m in got] == sent[:120]
+    assert in_runs["FetchMachine"] == 120
+
+
+@pytest.mark.timeout(30)
 def test_consume_max_messages_one_does_not_stall(env: PullEnv) -> None:
     """ADR-37: max_messages=1 (threshold 1) keeps pulling one at a time."""
     sent = env.publish(30)
