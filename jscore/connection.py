@@ -62,14 +62,18 @@ from .protocol import (
     Parser,
     PingReceived,
     PongReceived,
+    cached_pub_tail,
+    cached_size_line,
     check_publish_subject,
     check_queue_group,
     check_subscribe_subject,
     encode_connect,
     encode_sub,
     encode_unsub,
+    pub_head,
+    pub_tail,
+    size_line,
     split_frames,
-    validated_subject,
 )
 
 if TYPE_CHECKING:
@@ -231,6 +235,8 @@ class State(enum.Enum):
 
 
 _CONNECTED: Final = State.CONNECTED
+_CRLF: Final = b"\r\n"
+_join: Final = b"".join
 # Why a connect attempt failed that says more than "unreachable": reported as such when no
 # server could be connected to (credentials refused or unusable, TLS required but not offered).
 _REFUSALS: Final = (AuthorizationError, SecureConnectionRequiredError, CredentialsError)
@@ -546,11 +552,11 @@ class Connection:
             self._take_submitted()
         # Fast path: connected, a subject validated before, bytes payload, no reply/headers.
         if reply is None and headers is None and self.state is _CONNECTED and payload.__class__ is bytes:
-            subj = validated_subject(subject)
-            if subj is not None:
+            head = pub_head(subject)
+            if head is not None:
                 n = len(payload)
                 if n <= self.max_payload:
-                    frame = PUB_FMT % (subj, n, payload)
+                    frame = _join((head, cached_size_line(n) or size_line(n), payload, _CRLF))
                     self._out += frame
                     self.out_bytes += len(frame)
                     self._msgs_out += 1
@@ -574,12 +580,13 @@ class Connection:
         A connection closed (by another thread) between the check and the append raises
         :class:`ConnectionClosedError`: the message may not have been sent."""
         if self.state is _CONNECTED and payload.__class__ is bytes:
-            subj = validated_subject(subject)
-            if subj is not None:
+            head = pub_head(subject)
+            if head is not None:
                 n = len(payload)
                 queued = self._submitted
                 if n <= self.max_payload and len(queued) + self.out_bytes <= self.submit_room:
-                    queued += PUB_FMT % (subj, n, payload)
+                    # (one join of bytes already made: about a quarter cheaper than PUB_FMT)
+                    queued += _join((head, cached_size_line(n) or size_line(n), payload, _CRLF))
                     self._submitted_n.append(n)
                     if self.state is not _CONNECTED and self._closed_for_submit():  # (re-read: another thread)
                         raise ConnectionClosedError(
@@ -596,7 +603,7 @@ class Connection:
             n = len(payload)
             queued = self._submitted
             if n <= self.max_payload and len(queued) + self.out_bytes <= self.submit_room:
-                queued += PUB_FMT % (subject.encode(), n, payload)
+                queued += b"PUB " + subject.encode() + (cached_pub_tail(payload) or pub_tail(payload))
                 self._submitted_n.append(n)
                 if self.state is not _CONNECTED and self._closed_for_submit():  # (as in submit)
                     raise ConnectionClosedError("the connection closed during the ack; it may not have been sent")
@@ -690,7 +697,7 @@ class Connection:
             self._take_submitted()
         if len(payload) > self.max_payload:
             raise MaxPayloadError(f"payload of {len(payload)} bytes > max_payload {self.max_payload}")
-        frame = PUB_FMT % (subject.encode(), len(payload), payload)
+        frame = b"PUB " + subject.encode() + (cached_pub_tail(payload) or pub_tail(payload))
         if self.state is _CONNECTED:
             self._out += frame
             self.out_bytes += len(frame)

@@ -55,6 +55,11 @@ __all__ = [
     "PONG",
     "check_publish_subject",
     "validated_subject",
+    "pub_head",
+    "size_line",
+    "cached_size_line",
+    "pub_tail",
+    "cached_pub_tail",
     "check_subscribe_subject",
     "check_queue_group",
 ]
@@ -684,6 +689,46 @@ accepted it before (and it is still cached), else ``None``; the hot paths' short
 validation. (The cache's own ``get``: no Python call of its own on those paths. The cache is
 only ever cleared, never replaced, so this stays bound to it.)"""
 
+_pub_heads: dict[str, bytes] = {}  # (the same keys as _pub_cache: filled and cleared with it)
+pub_head: Final[Callable[[str], bytes | None]] = _pub_heads.get
+"""``pub_head(subject)``: ``b"PUB <subject> "`` for a subject :func:`check_publish_subject`
+accepted before (as :func:`validated_subject`), else ``None``. With :func:`size_line` a
+``PUB`` frame is one join of bytes already made, not a format."""
+
+_size_lines: dict[int, bytes] = {}
+cached_size_line: Final[Callable[[int], bytes | None]] = _size_lines.get
+"""``cached_size_line(n)``: :func:`size_line` if it was made before, else ``None``."""
+
+
+_pub_tails: dict[bytes, bytes] = {}
+cached_pub_tail: Final[Callable[[bytes], bytes | None]] = _pub_tails.get
+"""``cached_pub_tail(payload)``: :func:`pub_tail` if it was made before, else ``None``."""
+
+
+def pub_tail(payload: bytes) -> bytes:
+    """``b" <size>\\r\\n<payload>\\r\\n"``: what follows the subject in a ``PUB`` frame
+    without reply. Remembered for short payloads (the acks: ``+ACK``, ``-NAK`` ...), so an
+    ack's frame is ``b"PUB " + subject + tail``."""
+    tail = _pub_tails.get(payload)
+    if tail is None:
+        tail = b" %d\r\n%s\r\n" % (len(payload), payload)
+        if len(payload) <= 64:
+            if len(_pub_tails) >= 64:
+                _pub_tails.clear()
+            _pub_tails[payload] = tail
+    return tail
+
+
+def size_line(n: int) -> bytes:
+    """``b"<n>\\r\\n"``: the end of a ``PUB`` control line for a payload of ``n`` bytes
+    (remembered: a publisher's sizes repeat)."""
+    line = _size_lines.get(n)
+    if line is None:
+        if len(_size_lines) >= _CACHE_LIMIT:
+            _size_lines.clear()
+        line = _size_lines[n] = b"%d\r\n" % n
+    return line
+
 
 def _check_common(subject: object, what: str) -> tuple[str, list[str]]:
     if not isinstance(subject, str):
@@ -725,6 +770,7 @@ def check_publish_subject(subject: str, what: str = "subject") -> bytes:
     encoded = _utf8(subject, what)
     if len(encoded) > MAX_SUBJECT_BYTES:
         raise BadSubjectError(f"{what} is {len(encoded)} bytes; the limit is {MAX_SUBJECT_BYTES}")
+    _remember(_pub_heads, subject, b"PUB " + encoded + b" ")
     return _remember(_pub_cache, subject, encoded)
 
 

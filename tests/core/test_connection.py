@@ -1315,7 +1315,7 @@ def _preempt_submit_with(monkeypatch: pytest.MonkeyPatch, other_thread: Any) -> 
     thread switch there would (submit looks the subject up right after its state check)."""
     import jscore.connection as connection_module
 
-    real = connection_module.validated_subject
+    real = connection_module.pub_head
     done = [False]
 
     def switch(subject: str) -> bytes | None:
@@ -1324,7 +1324,7 @@ def _preempt_submit_with(monkeypatch: pytest.MonkeyPatch, other_thread: Any) -> 
             other_thread()
         return real(subject)
 
-    monkeypatch.setattr(connection_module, "validated_subject", switch)
+    monkeypatch.setattr(connection_module, "pub_head", switch)
 
 
 def test_submit_keeps_its_place_before_a_request_that_fails() -> None:
