@@ -20,7 +20,11 @@ Also checked:
 * the same parser has delivery runs armed for sid 3 (:data:`RUN_SIDS`): every message of a
   :class:`MsgsReceived` run is the plain parser's, no run is empty, holds a status or another
   sid, and its size is its messages' sum; a message on sid 3 that is not a status never comes
-  alone.
+  alone;
+* and direct get replies armed for sid 4 (:data:`DIRECT_SIDS`, :data:`DIRECT_INBOX`): every reply
+  of a :class:`DirectRepliesReceived` run is what the plain parser's message gives when its
+  header block is in the lane's form (its values, payload and size), and the plain parser's
+  other messages are unchanged.
 
 ``one_input`` raises ``AssertionError`` when the invariant breaks, and lets any exception other
 than ``RemoteProtocolError`` escape: both are crashes for a coverage-guided fuzzer.
@@ -36,6 +40,7 @@ from __future__ import annotations
 import random
 import sys
 from collections.abc import Iterable, Sequence
+from typing import Any
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
@@ -53,6 +58,7 @@ from jscore.protocol import (
     AckLane,
     AcksReceived,
     MsgReceived,
+    DirectRepliesReceived,
     MsgsReceived,
     Parser,
     ParserEvent,
@@ -72,6 +78,8 @@ __all__ = [
     "LANE_SIDS",
     "LANE_INBOX",
     "RUN_SIDS",
+    "DIRECT_SIDS",
+    "DIRECT_INBOX",
 ]
 
 FUZZ_MAX_PAYLOAD = 1024
@@ -111,6 +119,9 @@ LANE_INBOX = "_INBOX.AbCdEfGhIjKlMnOpQrStUv."
 """Their inbox (a message to another inbox on those sids goes the general way in both)."""
 RUN_SIDS = (3,)
 """The sids armed for delivery runs in the lane of :func:`check_lane`."""
+DIRECT_SIDS = (4,)
+"""The sids armed for direct get replies in the lane of :func:`check_lane`, to :data:`DIRECT_INBOX`."""
+DIRECT_INBOX = "_INBOX.AbCdEfGhIjKlMnOpQrSt44"
 _LANE_SUBJECT = re.compile(r"_INBOX\.[0-9A-Za-z]{22}\.([^.]*)")
 
 
@@ -129,6 +140,8 @@ def feed(
             ack_lane.arm(sid, LANE_INBOX)
         for sid in RUN_SIDS:
             ack_lane.arm_runs(sid)
+        for sid in DIRECT_SIDS:
+            ack_lane.arm_direct(sid, DIRECT_INBOX)
     parser = Parser(max_payload, ack_lane)
     events: list[ParserEvent] = []
     peak = 0
@@ -219,8 +232,14 @@ def lane_view(events: Sequence[ParserEvent]) -> list[object]:
     server's form), a plain ``MSG`` on such an inbox one; a :class:`MsgsReceived` run gives its
     messages (each read the same way); everything else stays itself."""
     out: list[object] = []
-    flat: list[ParserEvent] = []
+    flat: list[Any] = []
     for e in events:
+        if e.__class__ is DirectRepliesReceived:
+            assert isinstance(e, DirectRepliesReceived)
+            assert e.sid in DIRECT_SIDS and e.replies, e
+            for r in e.replies:
+                flat.append((e.sid, *r))
+            continue
         if e.__class__ is MsgsReceived:
             assert isinstance(e, MsgsReceived)
             assert e.sid in RUN_SIDS and e.msgs, e
@@ -243,12 +262,38 @@ def lane_view(events: Sequence[ParserEvent]) -> list[object]:
             continue
         if e.__class__ is MsgReceived:
             assert isinstance(e, MsgReceived)
+            reply = _as_direct_reply(e)
+            if reply is not None:
+                out.append(reply)
+                continue
             m = _LANE_SUBJECT.fullmatch(e.subject)
             if m is not None and e.sid in LANE_SIDS and e.reply is None and e.headers is None:
                 out.append((e.sid, m.group(1), e.data, e.size))
                 continue
         out.append(e)
     return out
+
+
+def _as_direct_reply(e: MsgReceived) -> tuple[Any, ...] | None:
+    """A general-path message in the form the direct lane reads, as the lane's tuple (with the
+    sid first); None for any other."""
+    if e.sid not in DIRECT_SIDS or e.subject != DIRECT_INBOX or e.reply is not None or e.status is not None:
+        return None
+    layout = e.headers._direct_layout() if e.headers is not None else None
+    if layout is None or layout[0] != "" or layout[5] is None or layout[6] is None:
+        return None
+    own, stream, subject, seq, stamp, pending, last, up_to = layout
+    assert stream and subject and seq and stamp and pending and last
+    digits = [seq, pending, last] + ([] if up_to is None else [up_to])
+    if not all(d.isascii() and d.isdigit() and len(d) <= 19 for d in digits):
+        return None
+    return (e.sid, stream, subject, int(seq), stamp, int(pending), int(last),
+            None if up_to is None else int(up_to), e.data)
+
+
+def _bytes_in(events: Sequence[ParserEvent]) -> int:
+    """The size of every message, as the connection counts it (runs by their ``size``)."""
+    return sum(getattr(e, "size", 0) for e in events)
 
 
 def check_lane(data: bytes, cuts: Sequence[int] = (), max_payload: int = FUZZ_MAX_PAYLOAD) -> FeedResult:
@@ -260,6 +305,7 @@ def check_lane(data: bytes, cuts: Sequence[int] = (), max_payload: int = FUZZ_MA
     if plain.error is not None:
         assert str(plain.error) == str(laned.error), (plain.error, laned.error)
     assert lane_view(laned.events) == lane_view(plain.events), f"plain={plain.events!r} lane={laned.events!r}"
+    assert _bytes_in(laned.events) == _bytes_in(plain.events), f"plain={plain.events!r} lane={laned.events!r}"
     for e in laned.events:
         if e.__class__ is MsgReceived and e.sid in RUN_SIDS:  # type: ignore[union-attr]
             assert e.status is not None, f"a message on a run sid came alone: {e!r}"  # type: ignore[union-attr]

@@ -54,6 +54,7 @@ from .protocol import (
     PUB_REPLY_FMT,
     AckLane,
     AcksReceived,
+    DirectRepliesReceived,
     ErrReceived,
     InfoReceived,
     MsgReceived,
@@ -811,6 +812,14 @@ class Connection:
         if sub is not None and sub.max_msgs is None and sid != self._resp_sid:
             self._lane.arm_runs(sid)
 
+    def arm_direct(self, sid: int) -> None:
+        """Read the direct get replies arriving on subscription ``sid`` (a batched direct get's
+        inbox) in the parser's :class:`AckLane`: they come as :class:`DirectRepliesReceived`
+        runs. Only for a subscription to one inbox without a message limit."""
+        sub = self._subs.get(sid)
+        if sub is not None and sub.max_msgs is None and sid != self._resp_sid and not any(c in sub.subject for c in (b"*", b">")):
+            self._lane.arm_direct(sid, sub.subject.decode())
+
     def unsubscribe(self, sid: int, max_msgs: int | None = None) -> None:
         sub = self._subs.get(sid)
         if sub is None:
@@ -1080,8 +1089,9 @@ class Connection:
                     continue
                 events.append(frame)
                 continue  # (a message changes no state: the check below is for the other frames)
-            elif frame.__class__ is MsgsReceived or frame.__class__ is AcksReceived:
-                count = len(frame.msgs) if isinstance(frame, MsgsReceived) else len(frame.acks)
+            elif frame.__class__ is MsgsReceived or frame.__class__ is AcksReceived or frame.__class__ is DirectRepliesReceived:
+                count = (len(frame.msgs) if isinstance(frame, MsgsReceived)
+                         else len(frame.acks) if isinstance(frame, AcksReceived) else len(frame.replies))
                 stats.msgs_in += count
                 stats.bytes_in += frame.size
                 sub = subs.get(frame.sid)

@@ -63,13 +63,14 @@ from .errors import (
 )
 from .headers import Headers
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Stop
-from .protocol import MsgReceived
+from .protocol import DirectRepliesReceived, MsgReceived
 from .jsapi import (
     StoredRow,
     _check_seq,
     _DirectGetRequest,
     check_filter_subject,
     stored_msg_and_cursor,
+    stored_of_layout,
     stored_row_and_cursor,
 )
 from .models import StoredMsg, encode
@@ -543,6 +544,24 @@ class DirectGetBatch:
         except JetStreamError as exc:
             self._finish(exc, "malformed")
             return
+        self._accept(stored, seq, num_pending, last_seq)
+
+    def receive_direct(self, run: DirectRepliesReceived, now: float) -> None:
+        """Feed a run of replies the connection's lane read (each what :meth:`receive_msg` makes
+        of the same frame, in the server's exact form). Never raises for what the server sent."""
+        rows = self._rows
+        for stream, subject, seq, stamp, num_pending, last_seq, _up_to, data in run.replies:
+            if self.done:
+                return  # (ended by an earlier reply of the run: the rest is late)
+            try:
+                stored = stored_of_layout(stream, subject, seq, stamp, data, "", rows)
+            except JetStreamError as exc:
+                self._finish(exc, "malformed")
+                return
+            self._accept(stored, seq, num_pending, last_seq)
+
+    def _accept(self, stored: StoredMsg | StoredRow, seq: int, num_pending: int | None, last_seq: int | None) -> None:
+        """One reply read: check it continues the batch, then deliver it."""
         if num_pending is None:
             if self.delivered == 0 and self.pages == 1:
                 self._finish(

@@ -15,7 +15,7 @@ from typing import Any, Union
 import msgspec
 
 from .headers import HeadersInput
-from .protocol import AcksReceived, MsgReceived, MsgsReceived
+from .protocol import AcksReceived, DirectRepliesReceived, MsgReceived, MsgsReceived
 
 __all__ = [
     "ServerAddress",
@@ -194,6 +194,7 @@ Event = Union[
     MsgReceived,
     AcksReceived,
     MsgsReceived,
+    DirectRepliesReceived,
 ]
 
 

@@ -644,12 +644,27 @@ def stored_row_and_cursor(headers: Headers | None, data: bytes) -> tuple[StoredR
         return (msg.subject, msg.seq, data, msg.headers, msg.time, msg.stream), cursor
     own, stream, subject, seq_text, stamp, pending, last, up_to = layout
     assert own is not None and stream and subject and seq_text and stamp  # (the layout's groups)
-    seq = _direct_seq(seq_text)
+    row = stored_of_layout(stream, subject, _direct_seq(seq_text), stamp, data, own, True)
+    assert isinstance(row, tuple)
+    return row, (pending, last, up_to)
+
+
+def stored_of_layout(
+    stream: str, subject: str, seq: int, stamp: str, data: bytes, own: str, row: bool
+) -> StoredMsg | StoredRow:
+    """The :class:`StoredMsg` (or, with ``row``, the :data:`StoredRow`) of a direct get reply in
+    the server's layout (:meth:`jscore.headers.Headers._direct_layout`, or read whole by the
+    connection's lane): ``own`` the text of the message's own header lines, ``stamp`` checked
+    for its form. :class:`JetStreamError` when the stamp's date or time does not exist."""
     try:
-        _times.check_server_stamp(stamp)
-    except ValueError as exc:
+        if row:
+            _times.check_server_stamp(stamp)
+            return (subject, seq, data, own, stamp, stream)
+        time = _times.parse_server_stamp(stamp)
+    except (ValueError, OverflowError) as exc:
         raise _time_error(stamp, exc) from None
-    return (subject, seq, data, own, stamp, stream), (pending, last, up_to)
+    return StoredMsg(subject=subject, seq=seq, data=data, headers=headers_of_lines(own) if own else None,
+                     time=time, stream=stream)
 
 
 def stored_msg_and_cursor(
@@ -671,41 +686,40 @@ def stored_msg_and_cursor(
         layout = None  # (cursor headers after a single get's: not the server's, read pair by pair)
     if layout is not None:
         own_lines, stream, subject, seq_text, stamp, pending, last, up_to = layout
-        if own_lines:
-            own_headers = headers_of_lines(own_lines)  # (split when the caller reads them)
-        read_time = _times.parse_server_stamp  # (the stamp's form was checked with the layout)
-    else:
-        # The server appends its headers to the message's own: the LAST of each of its names is
-        # the server's, an earlier one the message's own (a republished message carries the
-        # origin's Nats-Sequence, Nats-Subject, ...).
-        items = headers.items()
-        last_at: dict[str, int] = {}
-        spelling = _DIRECT_GET_SPELLING
-        names = DIRECT_GET_HEADERS if batch else _SINGLE_GET_HEADERS
-        for i, item in enumerate(items):
-            key = spelling.get(item[0])
-            if key is None:
-                key = item[0].lower()
-            if key in names:
-                last_at[key] = i
-        server = {key: items[i][1] for key, i in last_at.items()}
-        if len(last_at) < len(items):
-            servers = set(last_at.values())
-            own = [item for i, item in enumerate(items) if i not in servers]
-            own_headers = Headers(own)
-        stream = server.get("nats-stream")
-        subject = server.get("nats-subject")
-        seq_text = server.get("nats-sequence")
-        stamp = server.get("nats-time-stamp")
-        pending = server.get("nats-num-pending")
-        last = server.get("nats-last-sequence")
-        up_to = server.get("nats-upto-sequence")
-        read_time = _times.parse_nats_time
+        assert own_lines is not None and stream and subject and seq_text and stamp  # (the layout's groups)
+        stored = stored_of_layout(stream, subject, _direct_seq(seq_text), stamp, data, own_lines, False)
+        assert isinstance(stored, StoredMsg)
+        return stored, (pending, last, up_to)
+    # The server appends its headers to the message's own: the LAST of each of its names is
+    # the server's, an earlier one the message's own (a republished message carries the
+    # origin's Nats-Sequence, Nats-Subject, ...).
+    items = headers.items()
+    last_at: dict[str, int] = {}
+    spelling = _DIRECT_GET_SPELLING
+    names = DIRECT_GET_HEADERS if batch else _SINGLE_GET_HEADERS
+    for i, item in enumerate(items):
+        key = spelling.get(item[0])
+        if key is None:
+            key = item[0].lower()
+        if key in names:
+            last_at[key] = i
+    server = {key: items[i][1] for key, i in last_at.items()}
+    if len(last_at) < len(items):
+        servers = set(last_at.values())
+        own = [item for i, item in enumerate(items) if i not in servers]
+        own_headers = Headers(own)
+    stream = server.get("nats-stream")
+    subject = server.get("nats-subject")
+    seq_text = server.get("nats-sequence")
+    stamp = server.get("nats-time-stamp")
+    pending = server.get("nats-num-pending")
+    last = server.get("nats-last-sequence")
+    up_to = server.get("nats-upto-sequence")
     if not stream or not subject or not seq_text or not stamp:
         raise JetStreamError(f"invalid direct get reply: missing Nats-* headers in {headers!r}")
     seq = _direct_seq(seq_text)
     try:
-        time = read_time(stamp)
+        time = _times.parse_nats_time(stamp)
     except (ValueError, OverflowError) as exc:
         raise _time_error(stamp, exc) from None
     msg = StoredMsg(subject=subject, seq=seq, data=data, headers=own_headers, time=time, stream=stream)

@@ -30,6 +30,7 @@ __all__ = [
     "MsgReceived",
     "AcksReceived",
     "MsgsReceived",
+    "DirectRepliesReceived",
     "AckLane",
     "PUBACK_DUPLICATE",
     "PingReceived",
@@ -148,6 +149,19 @@ class MsgsReceived(msgspec.Struct, gc=False):
     size: int
 
 
+class DirectRepliesReceived(msgspec.Struct, frozen=True, gc=False):
+    """A run of direct get replies in a row on one inbox armed for them
+    (:meth:`AckLane.arm_direct`: a batched direct get's), each in the exact form nats-server
+    writes (its headers only, in its order, a 1 to 9 digit fraction in the time stamp, both
+    cursor headers, numbers of at most 19 digits), read by one match each: ``(stream, subject,
+    seq, stamp, num_pending, last_seq, up_to_seq or None, payload)``. ``size`` as for
+    :class:`MsgsReceived`."""
+
+    sid: int
+    replies: list[tuple[str, str, int, str, int, int, Union[int, None], bytes]]
+    size: int
+
+
 PUBACK_DUPLICATE: Final = b',"duplicate": true'
 """How nats-server marks a duplicate in a PubAck (with that space): the form the lane reads."""
 
@@ -171,9 +185,16 @@ class AckLane:
     :attr:`runs` (:meth:`arm_runs`) come as one :class:`MsgsReceived`, so what each message
     costs after the parse (routing, the machine's accounting, its event) is paid once per run.
     The messages are parsed the general way, whatever their form.
+
+    Direct get replies: on an inbox armed with :meth:`arm_direct`, an ``HMSG`` whose header
+    block is exactly the server's (see :class:`DirectRepliesReceived`) is read by one match, and
+    a run of them is one :class:`DirectRepliesReceived`; any other frame (a status, the message's
+    own headers, other spacing, a size that does not add up) goes the general way. What the run
+    gives is what the general way and the direct get reader make of the same frames.
     """
 
-    __slots__ = ("heads", "match", "sids", "read", "runs", "_heads")
+    __slots__ = ("heads", "match", "sids", "read", "runs", "direct_heads", "direct_match", "direct_sids",
+                 "direct_read", "_heads", "_direct_heads")
 
     def __init__(self, inbox_prefix: str) -> None:
         prefix = inbox_prefix.encode()
@@ -186,6 +207,18 @@ class AckLane:
         self.heads: tuple[bytes, ...] = ()  # ``MSG <inbox>.`` of every armed inbox
         self.read = 0  # PubAcks read in the lane so far
         self.runs: set[int] = set()  # sids whose messages come in runs
+        num = rb"([0-9]{1,19})\r\n"
+        self.direct_match = re.compile(
+            rb"HMSG " + re.escape(prefix) + rb"\.[0-9A-Za-z]{22} ([0-9]{1,10}) ([0-9]{1,7}) ([0-9]{1,10})\r\n"
+            rb"NATS/1\.0\r\nNats-Stream: ([!-~]+)\r\nNats-Subject: ([!-~]+)\r\nNats-Sequence: " + num
+            + rb"Nats-Time-Stamp: ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{1,9}Z)\r\n"
+            rb"Nats-Num-Pending: " + num + rb"Nats-Last-Sequence: " + num + rb"(?:Nats-UpTo-Sequence: " + num
+            + rb")?\r\n"
+        ).match
+        self.direct_sids: dict[bytes, int] = {}
+        self._direct_heads: dict[int, bytes] = {}
+        self.direct_heads: tuple[bytes, ...] = ()  # ``HMSG <inbox> `` of every inbox armed for replies
+        self.direct_read = 0  # direct get replies read in the lane so far
 
     def arm(self, sid: int, inbox: str) -> None:
         """Read the PubAcks of subscription ``sid`` to ``<inbox>*`` (``inbox`` ends with a dot)."""
@@ -197,14 +230,24 @@ class AckLane:
         """Deliver the messages of subscription ``sid`` in :class:`MsgsReceived` runs."""
         self.runs.add(sid)
 
+    def arm_direct(self, sid: int, inbox: str) -> None:
+        """Read the direct get replies of subscription ``sid`` to ``inbox`` in
+        :class:`DirectRepliesReceived` runs."""
+        self.direct_sids[str(sid).encode()] = sid
+        self._direct_heads[sid] = b"HMSG " + inbox.encode() + b" "
+        self.direct_heads = tuple(self._direct_heads.values())
+
     def disarm(self, sid: int) -> None:
         self.runs.discard(sid)
+        self.direct_sids.pop(str(sid).encode(), None)
+        if self._direct_heads.pop(sid, None) is not None:
+            self.direct_heads = tuple(self._direct_heads.values())
         self.sids.pop(str(sid).encode(), None)
         if self._heads.pop(sid, None) is not None:
             self.heads = tuple(self._heads.values())
 
 
-ParserEvent = Union[InfoReceived, MsgReceived, MsgsReceived, AcksReceived, PingReceived, PongReceived, OkReceived, ErrReceived]
+ParserEvent = Union[InfoReceived, MsgReceived, MsgsReceived, AcksReceived, DirectRepliesReceived, PingReceived, PongReceived, OkReceived, ErrReceived]
 
 _PING_EVENT: Final = PingReceived()
 _PONG_EVENT: Final = PongReceived()
@@ -226,6 +269,8 @@ def _decode_subject(raw: bytes) -> str:
 
 _stream_cache: dict[bytes, str] = {}
 """Stream names of PubAcks read in the :class:`AckLane` (printable ASCII, checked by its match)."""
+
+_DIRECT_BLOCK_HEAD: Final = len(b"NATS/1.0\r\nNats-Stream: ")
 
 _sid_cache: dict[bytes, int] = {}
 """The sids seen, as the digits arrive: a dict hit costs less than checking and converting."""
@@ -347,6 +392,56 @@ class Parser:
             append(AcksReceived(lane.sids[run_sid], acks, size))
         return pos
 
+    def _direct_run(self, buf: bytes, pos: int, append: Callable[[ParserEvent], None]) -> int:
+        """Read the run of direct get replies at ``pos`` on one armed inbox (see :class:`AckLane`)
+        into one :class:`DirectRepliesReceived`; returns where the run ends (``pos`` when there is
+        none)."""
+        lane = self._lane
+        assert lane is not None
+        match = lane.direct_match
+        sids = lane.direct_sids
+        streams = _stream_cache
+        subjects = _subject_cache
+        max_msg = self._max_msg
+        n = len(buf)
+        replies: list[tuple[str, str, int, str, int, int, int | None, bytes]] = []
+        add = replies.append
+        run_sid = b""
+        size = 0
+        while True:
+            m = match(buf, pos)
+            if m is None:
+                break
+            sid_b, hdr_b, total_b, stream_b, subject_b, seq_b, stamp_b, pending_b, last_b, up_to_b = m.groups()
+            if sid_b != run_sid:
+                if run_sid or sid_b not in sids:
+                    break
+                run_sid = sid_b
+            block_at = m.start(4) - _DIRECT_BLOCK_HEAD  # (where "NATS/1.0" starts)
+            total = int(total_b)
+            after = m.end()
+            if int(hdr_b) != after - block_at or total > max_msg:
+                break
+            stop = block_at + total
+            if stop < after or stop + 2 > n or not buf.startswith(b"\r\n", stop):
+                break  # (a payload still to come, or a size that does not add up: the general way)
+            stream = streams.get(stream_b)
+            if stream is None:
+                if len(streams) >= _SUBJECT_CACHE_LIMIT:
+                    streams.clear()
+                stream = streams[stream_b] = stream_b.decode()
+            subject = subjects.get(subject_b)
+            if subject is None:
+                subject = _decode_subject(subject_b)
+            add((stream, subject, int(seq_b), stamp_b.decode(), int(pending_b), int(last_b),
+                 None if up_to_b is None else int(up_to_b), buf[after:stop]))
+            size += block_at - pos - 5 - len(sid_b) - len(hdr_b) - len(total_b) - 5 + total
+            pos = stop + 2
+        if replies:
+            lane.direct_read += len(replies)
+            append(DirectRepliesReceived(sids[run_sid], replies, size))
+        return pos
+
     def _poison(self, exc: RemoteProtocolError) -> None:
         self._error = exc
         self._buf = b""
@@ -364,6 +459,7 @@ class Parser:
         sids = _sid_cache
         lane = self._lane
         lane_heads = lane.heads if lane is not None and lane.heads else None
+        direct_heads = lane.direct_heads if lane is not None and lane.direct_heads else None
         runs = lane.runs if lane is not None else None
         run: MsgsReceived | None = None  # the run the last event appended is (see AckLane)
         while pos < n:
@@ -429,6 +525,12 @@ class Parser:
                     run = None
                 pos = stop + 2
             elif buf.startswith(b"HMSG ", pos):
+                if direct_heads is not None and buf.startswith(direct_heads, pos):
+                    after = self._direct_run(buf, pos, append)
+                    if after != pos:
+                        pos = after
+                        run = None
+                        continue
                 # The other hot path (JetStream messages, replies with status), inlined the same way.
                 args = buf[pos + 5 : end].split()
                 nargs = len(args)

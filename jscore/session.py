@@ -38,7 +38,7 @@ from .connection import ConnectOptions, Connection, State
 from .directget import DirectGetRequested
 from .errors import ConnectionClosedError, LocalProtocolError, NatsError
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, MachineFailed, SendRequested, SubMachine
-from .protocol import AcksReceived, MsgReceived, MsgsReceived
+from .protocol import AcksReceived, DirectRepliesReceived, MsgReceived, MsgsReceived
 from .jsmsg import WPI, ProgressRequested
 from .pubmachines import FramesRequested, PublishRequested, SendFailed
 from .pull import AckNextRequested, Drain, FlowControlReplyRequested, PullRequested
@@ -101,8 +101,8 @@ class Session:
         self.conn = Connection(options, rng=rng, credentials=credentials)
         self._slots: dict[int, _Slot] = {}
         self._routes: dict[int, Deliver] = {}  # sid -> delivery (a slot's or a subscription's)
-        # sid -> a slot's delivery of runs: PubAcks (machines with ``receive_acks``) or messages
-        # (machines with ``receive_msgs``); see AckLane
+        # sid -> a slot's delivery of runs: PubAcks (machines with ``receive_acks``), messages
+        # (``receive_msgs``) or direct get replies (``receive_direct``); see AckLane
         self._run_routes: dict[int, Callable[[Any, float], None]] = {}
         self._ends: dict[int, Ended] = {}  # sid -> what to call when the subscription ends
         self._heap: list[tuple[float, int]] = []  # (deadline, slot id); stale entries skipped
@@ -236,6 +236,10 @@ class Session:
             elif receive_msgs is not None:
                 self._run_routes[slot.sid] = self._receiver(slot, receive_msgs)
                 conn.arm_runs(slot.sid)
+            receive_direct = getattr(machine, "receive_direct", None)
+            if receive_direct is not None and not wildcard:
+                self._run_routes[slot.sid] = self._receiver(slot, receive_direct)
+                conn.arm_direct(slot.sid)
             self._ends[slot.sid] = self._inbox_ender(slot)
         self._slots[slot.id] = slot
         self._after(slot)
@@ -281,7 +285,8 @@ class Session:
         [Any, float], None
     ]:
         """The delivery of ``slot``'s inbox: each message (or, with ``receive``, each run of
-        PubAcks or of messages read in the connection's AckLane) to its machine."""
+        PubAcks, messages or direct get replies read in the connection's AckLane) to its
+        machine."""
         receive_msg = slot.machine.receive_msg if receive is None else receive
         touched = self._touched
 
@@ -535,7 +540,7 @@ class Session:
                 if deliver is not None:
                     deliver(e, now)  # type: ignore[arg-type]
                 continue
-            if cls is MsgsReceived or cls is AcksReceived:
+            if cls is MsgsReceived or cls is AcksReceived or cls is DirectRepliesReceived:
                 deliver_run = self._run_routes.get(e.sid)  # type: ignore[union-attr]
                 if deliver_run is not None:
                     deliver_run(e, now)

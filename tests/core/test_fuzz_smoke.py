@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from fuzz import fuzz_headers, fuzz_wire
 from jscore.errors import RemoteProtocolError
-from jscore.protocol import AcksReceived, MsgsReceived, Parser
+from jscore.protocol import AcksReceived, DirectRepliesReceived, MsgsReceived, Parser
 
 FUZZ_DIR = Path(fuzz_wire.__file__).resolve().parent
 TARGETS: dict[str, Callable[[bytes], None]] = {"wire": fuzz_wire.one_input, "headers": fuzz_headers.one_input}
@@ -185,6 +185,38 @@ def test_wire_harness_catches_broken_delivery_runs(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(fuzz_wire, "Parser", fake)
     with pytest.raises(AssertionError, match=match):
         fuzz_wire.one_input(_RUN)
+
+
+class _LossyDirectParser(Parser):
+    """Reads the direct lane's runs but gets the first reply's pending count wrong by one."""
+
+    def feed(self, data: bytes) -> list[Any]:
+        out: list[Any] = []
+        for e in super().feed(data):
+            if isinstance(e, DirectRepliesReceived):
+                stream, subject, seq, stamp, pending, last, up_to, payload = e.replies[0]
+                first = (stream, subject, seq, stamp, pending + 1, last, up_to, payload)
+                e = DirectRepliesReceived(e.sid, [first, *e.replies[1:]], e.size)
+            out.append(e)
+        return out
+
+
+class _MiscountingDirectParser(Parser):
+    """Reads the direct lane's runs but counts a byte too many for each."""
+
+    def feed(self, data: bytes) -> list[Any]:
+        return [DirectRepliesReceived(e.sid, e.replies, e.size + 1) if isinstance(e, DirectRepliesReceived) else e
+                for e in super().feed(data)]
+
+
+@pytest.mark.parametrize("fake", [_LossyDirectParser, _MiscountingDirectParser])
+def test_wire_harness_catches_a_broken_direct_lane(monkeypatch: pytest.MonkeyPatch, fake: type) -> None:
+    seed = (Path(fuzz_wire.__file__).parent / "corpus" / "wire" / "direct_lane").read_bytes()
+    fuzz_wire.one_input(seed)  # (the real parser passes, and the seed takes the lane)
+    assert any(isinstance(e, DirectRepliesReceived) for e in fuzz_wire.check_lane(seed).events)
+    monkeypatch.setattr(fuzz_wire, "Parser", fake)
+    with pytest.raises(AssertionError, match="plain="):
+        fuzz_wire.one_input(seed)
 
 
 def test_headers_harness_catches_a_lossy_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,8 +31,11 @@ from jscore.errors import (
     TimeoutError,
     TooManySubjectsError,
 )
+from jscore.headers import Headers
 from jscore.models import PubAck, StorageType, StoredMsg
+from jscore.times import parse_nats_time
 from jssync import Client, JetStream, Stream
+from jssync.client import shell_of
 from jssync.stream import DirectGetIterator
 from tests.integration import clients, wait_until
 from tests.support.proxy import FaultProxy
@@ -90,6 +93,30 @@ def env(nats_url: str, clients: Callable[..., Client]) -> Iterator[Env]:
 
 def read_all(it: DirectGetIterator) -> list[StoredMsg]:
     return list(it)
+
+
+def test_the_servers_replies_are_read_in_the_lane(env: Env) -> None:
+    """nats-server's replies to a batch and a multi_last, in its exact form, take the
+    connection's direct lane; a message with headers of its own goes the general way, and
+    both give the same messages (and rows) as the general way would."""
+    stream, p = env.stream()
+    env.fill([f"{p}.{i}" for i in range(40)])
+    env.js.publish(f"{p}.own", b"o", headers={"Own": "x"})
+    lane = shell_of(env.nc).session.conn._lane
+    before = lane.direct_read
+    got = read_all(stream.direct_get_batch(seq=1, batch=100, timeout=5.0))
+    assert [(m.seq, m.subject, m.data, m.headers) for m in got] == [
+        (i + 1, f"{p}.{i}", b"m%d" % i, None) for i in range(40)] + [(41, f"{p}.own", b"o", Headers([("Own", "x")]))]
+    assert lane.direct_read - before == 40  # (the last one has own headers: the general way)
+    last = read_all(stream.direct_get_last_for([f"{p}.>"], timeout=5.0))
+    assert sorted(m.seq for m in last) == list(range(1, 42)) and lane.direct_read - before == 80
+    rows = list(stream._direct_rows(1, next_by_subject=None, batch=100, max_bytes=None, timeout=5.0))
+    assert [(r[0], r[1], r[2], r[5]) for r in rows] == [(m.subject, m.seq, m.data, m.stream) for m in got]
+    for r, m in zip(rows[:40], got[:40]):  # (a row's time stays the server's text, its own headers "")
+        t = parse_nats_time(r[4])  # type: ignore[arg-type]
+        assert r[3] == "" and (t, t.nanosecond) == (m.time, m.time.nanosecond)  # type: ignore[union-attr]
+    assert lane.direct_read - before == 120
+    assert not lane.direct_heads  # (each get's inbox was disarmed at its end)
 
 
 # =========================================================================== TESTPLAN 56
