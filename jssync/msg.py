@@ -129,7 +129,7 @@ class JsMsg(Msg):
     _source: _AckNextTarget | None  # the consume that delivered it (for ack_next)
 
     @classmethod
-    def _from_event(cls, m: MsgReceived, client: Client | None) -> JsMsg:
+    def _from_event(cls, m: MsgReceived, client: Client | None, source: _AckNextTarget | None = None) -> JsMsg:
         # (Msg._from_event written out: one call less per delivered message)
         msg = _new_object(cls)
         msg.subject = m.subject
@@ -143,7 +143,7 @@ class JsMsg(Msg):
         msg._client = client
         msg._ack_state = _ACK_NONE
         msg._meta = None
-        msg._source = None
+        msg._source = source
         return msg
 
     @property

@@ -22,6 +22,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -112,10 +113,9 @@ class _Driver:
     def _on_event(self, e: Any) -> None:
         cls = e.__class__
         if cls is _DELIVERED_RUN:
-            put = self._q.put
+            # One queue item for the run: one wake-up of a waiting reader, not one per message.
             client = self._client
-            for m in e.msgs:
-                put(_new_jsmsg(m, client))
+            self._q.put([_new_jsmsg(m, client) for m in e.msgs])
         elif cls is _DELIVERED:
             self._q.put(_new_jsmsg(e.msg, self._client))
         elif cls is P.FetchFinished or cls is P.ConsumeTerminated:
@@ -169,7 +169,10 @@ class FetchResult:
                 except queue.Empty:
                     self._end(TimeoutError("the fetch did not finish by its deadline"), "deadline")
                     return
-            if item.__class__ is JsMsg:
+            if item.__class__ is list:  # (a run of messages)
+                self._msgs += item
+                yield from item
+            elif item.__class__ is JsMsg:
                 self._msgs.append(item)
                 yield item
             elif item.__class__ is _End:
@@ -319,16 +322,10 @@ class _ConsumeDriver(_Driver):
 
     def _on_event(self, e: Any) -> None:
         if e.__class__ is _DELIVERED_RUN:
-            put = self._q.put
             client = self._client
-            for m in e.msgs:
-                msg = _new_jsmsg(m, client)
-                msg._source = self
-                put(msg)
+            self._q.put([_new_jsmsg(m, client, self) for m in e.msgs])  # (a run: one item)
         elif e.__class__ is _DELIVERED:
-            msg = _new_jsmsg(e.msg, self._client)
-            msg._source = self
-            self._q.put(msg)
+            self._q.put(_new_jsmsg(e.msg, self._client, self))
         else:
             super()._on_event(e)
 
@@ -358,11 +355,12 @@ class _Taker:
     """Reports taken messages to the machine in small batches (a lock round trip per message
     would cost more than the message), always before the queue runs dry."""
 
-    __slots__ = ("_driver", "_q", "_batch", "count", "size")
+    __slots__ = ("_driver", "_q", "_ready", "_batch", "count", "size")
 
-    def __init__(self, driver: _ConsumeDriver, opts: P.ConsumeOptions) -> None:
+    def __init__(self, driver: _ConsumeDriver, opts: P.ConsumeOptions, ready: deque[JsMsg] | None = None) -> None:
         self._driver = driver
         self._q = driver._q
+        self._ready = ready if ready is not None else deque()  # (the reader's rest of a run)
         if opts.max_bytes:
             self._batch = 16
         else:
@@ -373,7 +371,7 @@ class _Taker:
     def took(self, msg: JsMsg) -> None:
         self.count += 1
         self.size += msg.size
-        if self.count >= self._batch or self._q.empty():
+        if self.count >= self._batch or (not self._ready and self._q.empty()):
             self.flush()
 
     def flush(self) -> None:
@@ -435,33 +433,35 @@ class ConsumeContext:
                     # acks of the handler calls so far must leave now.
                     taker.flush()
                     item = q.get()
-                if item.__class__ is JsMsg:
-                    # Taken when handed to the handler (a slow handler must not hold back
-                    # the pull that lets the server redeliver what it did not ack in time).
-                    taker.count += 1
-                    taker.size += item.size
-                    if taker.count >= batch:
-                        taker.flush()
-                        flushed = _monotonic()
-                    with hlock:
-                        if not self._stopped:
-                            progress = self._progress_slot
-                            if progress:
-                                self._progress(HandlerStarted(reply=item.reply or ""))
-                            try:
-                                handler(item)
-                            except Exception as exc:  # noqa: BLE001 - reported, the consume goes on
-                                self._report(CallbackError(subject=item.subject, error=exc))
-                            if progress:
-                                self._progress(HANDLER_FINISHED)
-                    # The handler's acks were queued without waking the I/O thread; they leave
-                    # with the next take report, or after 2 ms at the latest.
-                    if shell.has_deferred:
-                        now = _monotonic()
-                        if now - flushed > _ACK_DELAY:
-                            driver.flush_acks()
-                            flushed = now
-                elif item.__class__ is _End:
+                cls = item.__class__
+                if cls is list or cls is JsMsg:  # (a run of messages, or one)
+                    for msg in item if cls is list else (item,):
+                        # Taken when handed to the handler (a slow handler must not hold back
+                        # the pull that lets the server redeliver what it did not ack in time).
+                        taker.count += 1
+                        taker.size += msg.size
+                        if taker.count >= batch:
+                            taker.flush()
+                            flushed = _monotonic()
+                        with hlock:
+                            if not self._stopped:
+                                progress = self._progress_slot
+                                if progress:
+                                    self._progress(HandlerStarted(reply=msg.reply or ""))
+                                try:
+                                    handler(msg)
+                                except Exception as exc:  # noqa: BLE001 - reported, the consume goes on
+                                    self._report(CallbackError(subject=msg.subject, error=exc))
+                                if progress:
+                                    self._progress(HANDLER_FINISHED)
+                        # The handler's acks were queued without waking the I/O thread; they
+                        # leave with the next take report, or after 2 ms at the latest.
+                        if shell.has_deferred:
+                            now = _monotonic()
+                            if now - flushed > _ACK_DELAY:
+                                driver.flush_acks()
+                                flushed = now
+                elif cls is _End:
                     if isinstance(item.error, Exception):
                         self._report(P.ConsumeTerminated(error=item.error, reason=item.reason))
                     return
@@ -586,7 +586,8 @@ class MessageStream:
 
     def __init__(self, driver: _ConsumeDriver, opts: P.ConsumeOptions, on_event: EventHandler | None) -> None:
         self._driver = driver
-        self._taker = _Taker(driver, opts)
+        self._ready: deque[JsMsg] = deque()  # the rest of a run of messages taken from the queue
+        self._taker = _Taker(driver, opts, self._ready)
         self._on_event = on_event
         self._notes: list[Any] = []
         self._ended: _End | None = None
@@ -600,6 +601,11 @@ class MessageStream:
             timeout = check_poll_timeout(timeout)
         if self._ended is not None or self._stopped:
             raise self._end_error()
+        ready = self._ready
+        if ready:
+            msg = ready.popleft()
+            self._taker.took(msg)
+            return msg
         q = self._driver._q
         deadline = _monotonic() + timeout
         while True:
@@ -611,6 +617,13 @@ class MessageStream:
                     item = q.get(timeout=max(0.0, deadline - _monotonic()))
                 except queue.Empty:
                     raise NoMessagesError(f"no message within {timeout} s") from None
+            if item.__class__ is list:  # (a run of messages: the first now, the rest next)
+                if self._stopped:
+                    raise self._end_error()
+                ready.extend(item)
+                item = ready.popleft()
+                self._taker.took(item)
+                return item
             if item.__class__ is JsMsg:
                 if self._stopped:
                     raise self._end_error()

@@ -109,6 +109,30 @@ def test_the_servers_deliveries_come_in_runs(env: PullEnv, monkeypatch: pytest.M
 
 
 @pytest.mark.timeout(30)
+def test_a_run_reaches_a_reader_one_message_at_a_time(env: PullEnv) -> None:
+    """A run of messages is one item of the reader's queue: messages() hands it out in order
+    and nothing of it after stop(); a fetch left in the middle of a run and read again gives
+    every message once, in order."""
+    sent = env.publish(60)
+    ms = env.consumer("M").messages(max_messages=100, expires=EXPIRES, heartbeat=HB)
+    got = [ms.next(timeout=5.0).data for _ in range(10)]
+    assert ms._ready, "the rest of the run waits in the reader, not in the queue"
+    got += [ms.next(timeout=5.0).data for _ in range(20)]
+    assert got == sent[:30]
+    ms.stop()
+    with pytest.raises(NatsError):
+        ms.next(timeout=1.0)
+    result = env.consumer("F").fetch(50, expires=EXPIRES)
+    first = []
+    for m in result:
+        first.append(m.data)
+        if len(first) == 7:
+            break
+    assert first == sent[:7]
+    assert [m.data for m in result.messages()] == sent[:50]
+
+
+@pytest.mark.timeout(30)
 def test_consume_max_messages_one_does_not_stall(env: PullEnv) -> None:
     """ADR-37: max_messages=1 (threshold 1) keeps pulling one at a time."""
     sent = env.publish(30)
