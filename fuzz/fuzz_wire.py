@@ -307,8 +307,8 @@ def check_lane(data: bytes, cuts: Sequence[int] = (), max_payload: int = FUZZ_MA
     assert lane_view(laned.events) == lane_view(plain.events), f"plain={plain.events!r} lane={laned.events!r}"
     assert _bytes_in(laned.events) == _bytes_in(plain.events), f"plain={plain.events!r} lane={laned.events!r}"
     for e in laned.events:
-        if e.__class__ is MsgReceived and e.sid in RUN_SIDS:  # type: ignore[union-attr]
-            assert e.status is not None, f"a message on a run sid came alone: {e!r}"  # type: ignore[union-attr]
+        if isinstance(e, MsgReceived) and e.sid in RUN_SIDS:
+            assert e.status is not None, f"a message on a run sid came alone: {e!r}"
     return laned
 
 

@@ -20,6 +20,18 @@ call                           meaning
                                in) are ignored
 =============================  ==============================================================
 
+A machine may also read runs from the connection's lane (:class:`jscore.protocol.AckLane`),
+one kind each; the session arms its inbox for the kind it has a method for, and the run must
+mean exactly what its frames fed to ``receive_msg`` one by one would:
+
+=============================  ==============================================================
+``receive_acks(run, now)``     PubAcks of a publish window's ``<inbox>.*`` (``AcksReceived``)
+``receive_msgs(run, now)``     messages in a row, no status among them (``MsgsReceived``):
+                               a fetch, a consume
+``receive_direct(run, now)``   direct get replies in the server's exact form
+                               (``DirectRepliesReceived``): a batched direct get
+=============================  ==============================================================
+
 The connection commands are shared by every machine so that the session can tell them all
 the same thing; each machine decides what a lost or restored connection means for it.
 """

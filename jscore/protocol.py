@@ -193,8 +193,8 @@ class AckLane:
     gives is what the general way and the direct get reader make of the same frames.
     """
 
-    __slots__ = ("heads", "match", "sids", "read", "runs", "direct_heads", "direct_match", "direct_sids",
-                 "direct_read", "_heads", "_direct_heads")
+    __slots__ = ("heads", "match", "sids", "read", "runs", "direct_heads", "direct_head", "direct_match",
+                 "direct_sids", "direct_read", "_heads")
 
     def __init__(self, inbox_prefix: str) -> None:
         prefix = inbox_prefix.encode()
@@ -216,8 +216,8 @@ class AckLane:
             + rb")?\r\n"
         ).match
         self.direct_sids: dict[bytes, int] = {}
-        self._direct_heads: dict[int, bytes] = {}
-        self.direct_heads: tuple[bytes, ...] = ()  # ``HMSG <inbox> `` of every inbox armed for replies
+        self.direct_head: dict[int, bytes] = {}  # sid -> ``HMSG <its inbox> ``
+        self.direct_heads: tuple[bytes, ...] = ()  # all of them
         self.direct_read = 0  # direct get replies read in the lane so far
 
     def arm(self, sid: int, inbox: str) -> None:
@@ -234,14 +234,14 @@ class AckLane:
         """Read the direct get replies of subscription ``sid`` to ``inbox`` in
         :class:`DirectRepliesReceived` runs."""
         self.direct_sids[str(sid).encode()] = sid
-        self._direct_heads[sid] = b"HMSG " + inbox.encode() + b" "
-        self.direct_heads = tuple(self._direct_heads.values())
+        self.direct_head[sid] = b"HMSG " + inbox.encode() + b" "
+        self.direct_heads = tuple(self.direct_head.values())
 
     def disarm(self, sid: int) -> None:
         self.runs.discard(sid)
         self.direct_sids.pop(str(sid).encode(), None)
-        if self._direct_heads.pop(sid, None) is not None:
-            self.direct_heads = tuple(self._direct_heads.values())
+        if self.direct_head.pop(sid, None) is not None:
+            self.direct_heads = tuple(self.direct_head.values())
         self.sids.pop(str(sid).encode(), None)
         if self._heads.pop(sid, None) is not None:
             self.heads = tuple(self._heads.values())
@@ -407,6 +407,7 @@ class Parser:
         replies: list[tuple[str, str, int, str, int, int, int | None, bytes]] = []
         add = replies.append
         run_sid = b""
+        head = b""  # ``HMSG <inbox> `` of the run's sid: every reply of the run is to that inbox
         size = 0
         while True:
             m = match(buf, pos)
@@ -417,6 +418,9 @@ class Parser:
                 if run_sid or sid_b not in sids:
                     break
                 run_sid = sid_b
+                head = lane.direct_head[sids[sid_b]]
+            if not buf.startswith(head, pos):
+                break
             block_at = m.start(4) - _DIRECT_BLOCK_HEAD  # (where "NATS/1.0" starts)
             total = int(total_b)
             after = m.end()
@@ -864,6 +868,8 @@ def check_publish_subject(subject: str, what: str = "subject") -> bytes:
     """Validate a subject to publish to (or a reply subject) and return it encoded."""
     cached = _pub_cache.get(subject)
     if cached is not None:
+        if subject not in _pub_heads:  # (two threads clearing the caches at once: put it back)
+            _remember(_pub_heads, subject, b"PUB " + cached + b" ")
         return cached
     subject, tokens = _check_common(subject, what)
     for tok in tokens:

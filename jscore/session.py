@@ -228,16 +228,17 @@ class Session:
             else:
                 slot.sid = conn.subscribe(slot.inbox)
             self._routes[slot.sid] = self._receiver(slot)
+            # A machine that reads runs gets them (one kind per machine, see AckLane).
             receive_acks = getattr(machine, "receive_acks", None)
             receive_msgs = getattr(machine, "receive_msgs", None)
+            receive_direct = getattr(machine, "receive_direct", None)
             if wildcard and receive_acks is not None:
                 self._run_routes[slot.sid] = self._receiver(slot, receive_acks)
                 conn.arm_ack_lane(slot.sid)
             elif receive_msgs is not None:
                 self._run_routes[slot.sid] = self._receiver(slot, receive_msgs)
                 conn.arm_runs(slot.sid)
-            receive_direct = getattr(machine, "receive_direct", None)
-            if receive_direct is not None and not wildcard:
+            elif receive_direct is not None and not wildcard:
                 self._run_routes[slot.sid] = self._receiver(slot, receive_direct)
                 conn.arm_direct(slot.sid)
             self._ends[slot.sid] = self._inbox_ender(slot)

@@ -53,7 +53,7 @@ _step = st.one_of(
     st.tuples(st.just("run"), _run),
     st.tuples(st.just("status"), st.sampled_from([heartbeat(), status(404, "No Messages"),
                                                    status(408, "Request Timeout", pending=3, pending_bytes=300),
-                                                   status(409, "Leadership Change")])),
+                                                   status(409, "Leadership Change"), status(503)])),
     st.tuples(st.just("take"), st.integers(min_value=1, max_value=5)),
     st.tuples(st.just("time"), st.floats(min_value=0.0, max_value=20.0)),
     st.tuples(st.just("stop"), st.none()),
@@ -72,6 +72,8 @@ def _machines(kind: str, limit: int, by_bytes: bool, group: bool) -> list[Any]:
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(kind="fetch", limit=3, by_bytes=False, group=False,
+         steps=[("status", status(503)), ("run", [(10, None)]), ("time", 1.0), ("run", [(10, None)])])
 @example(kind="fetch", limit=2, by_bytes=False, group=False, steps=[("run", [(10, None), (10, None)])])
 @example(kind="fetch", limit=2, by_bytes=False, group=False, steps=[("run", [(10, None)] * 4)])
 @example(kind="fetch", limit=2, by_bytes=True, group=False, steps=[("run", [(100, None), (150, None), (9, None)])])
@@ -214,6 +216,25 @@ def test_a_subscription_with_a_message_limit_is_not_armed() -> None:
     assert plain in s.conn._lane.runs
     s.conn.unsubscribe(plain, max_msgs=5)  # (a later limit disarms it: runs do not count towards one)
     assert plain not in s.conn._lane.runs
+
+
+def test_an_inbox_refused_by_the_server_is_disarmed() -> None:
+    s, m, slot, _ = consume_on_session()
+    sid = s._slots[slot].sid
+    inbox = s.inbox_of(slot)
+    s.receive_data(b"-ERR 'Permissions Violation for Subscription to \"%s\"'\r\n" % inbox.encode(), 1.0)
+    assert not s.conn.has_subscription(sid)
+    assert sid not in s.conn._lane.runs and sid not in s._run_routes
+
+
+def test_the_request_inbox_is_never_armed() -> None:
+    s = connected()
+    s.conn.request("svc.a", b"q")
+    resp = s.conn._resp_sid
+    assert resp is not None
+    s.conn.arm_runs(resp)
+    s.conn.arm_direct(resp)
+    assert not s.conn._lane.runs and not s.conn._lane.direct_sids
 
 
 def test_a_late_run_after_the_end_is_ignored() -> None:

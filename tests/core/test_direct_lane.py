@@ -42,7 +42,7 @@ def reply(draw: st.DrawFn, seq: int, last: int) -> tuple[bytes, bytes, int]:
         stamp = draw(st.sampled_from(["2026-02-30T06:54:08.8Z", "2026-11-22T06:54:08Z", "2026-11-22T06:54:08.1234567890Z",
                                       "2026-11-22T24:00:00.5Z", "2026-11-22 06:54:08.822887922 +0000 UTC"]))
     lines = [("Nats-Stream", draw(st.sampled_from(["S", "KV_b", "ÄÖ"]))),
-             ("Nats-Subject", draw(st.sampled_from(["a.1", "a.2", "$KV.b.k", "ü.x"]))),
+             ("Nats-Subject", draw(st.sampled_from(["a.1", "a.2", "$KV.b.k", "ü.x", "long." + "x" * 900]))),
              ("Nats-Sequence", str(seq) if kind != 2 else "0" + str(seq)),
              ("Nats-Time-Stamp", stamp),
              ("Nats-Num-Pending", draw(st.sampled_from(["0", "7", "9" * 20, "x"])) if kind == 3 else str(draw(st.integers(0, 50)))),
@@ -79,6 +79,8 @@ def script(draw: st.DrawFn) -> list[tuple[bytes, bytes, int]]:
 
 def _session(lane: bool, rows: bool, multi: bool) -> tuple[Session, Any, int, list[Any]]:
     s = connected()
+    for i in range(11):  # (a sid of two digits, as in a client with a few subscriptions)
+        s.conn.subscribe(f"other.{i}")
     options = DG.resolve_last_for(["a.>"]) if multi else DG.resolve_batch(seq=1, batch=50)
     m = DG.DirectGetBatch("$JS.API.DIRECT.GET.S", options, timeout=5.0, now=0.0, rows=rows)
     got: list[Any] = []
@@ -135,6 +137,36 @@ def test_the_servers_form_takes_the_lane_in_one_run() -> None:
     assert outcome(False, False, False, replies, [])[:-1] == (delivered, ends, _, stats, state)
 
 
+def test_two_gets_at_once_each_get_their_own_replies() -> None:
+    """Two batched gets in flight on one connection, their replies interleaved in one read: each
+    machine gets its own, with and without the lane alike."""
+    results = []
+    for lane in (True, False):
+        s = connected()
+        machines, sinks, addresses = [], [], []
+        for _ in range(2):
+            m = DG.DirectGetBatch("$JS.API.DIRECT.GET.S", DG.resolve_batch(seq=1, batch=9), timeout=5.0, now=0.0)
+            got: list[Any] = []
+            slot = s.attach(m, got.append, 0.0)
+            if not lane:
+                s.conn._lane.disarm(s._slots[slot].sid)
+            machines.append(m)
+            sinks.append(got)
+            addresses.append((s.inbox_of(slot), s._slots[slot].sid))
+        frames = b""
+        for i in (1, 2, 3):
+            for k, (inbox, sid) in enumerate(addresses):
+                hdr = block([("Nats-Stream", "S"), ("Nats-Subject", f"g{k}.{i}"), ("Nats-Sequence", str(i)),
+                             ("Nats-Time-Stamp", _STAMP), ("Nats-Num-Pending", str(9 - i)), ("Nats-Last-Sequence", str(i - 1))])
+                frames += hmsg(inbox, sid, hdr, b"%d-%d" % (k, i))
+        s.receive_data(frames, 1.0)
+        results.append([[repr(x) for e in got if isinstance(e, DG.StoredMsgsDelivered) for x in e.msgs] for got in sinks])
+        assert [m.delivered for m in machines] == [3, 3]
+        assert s.conn._lane.direct_read == (6 if lane else 0)
+    assert results[0] == results[1]
+    assert "subject='g1.2'" in results[0][1][1]
+
+
 def test_an_ended_get_leaves_no_armed_inbox() -> None:
     s, m, slot, got = _session(True, False, False)
     sid = s._slots[slot].sid
@@ -142,6 +174,17 @@ def test_an_ended_get_leaves_no_armed_inbox() -> None:
     assert not s.running(slot)
     assert sid not in s.conn._lane.direct_sids.values() and not s.conn._lane.direct_heads
     assert sid not in s._run_routes
+
+
+def test_a_reply_over_the_size_limit_is_refused_as_the_general_way_refuses_it() -> None:
+    from fuzz.fuzz_wire import DIRECT_INBOX, check_lane
+
+    hdr = block([("Nats-Stream", "S"), ("Nats-Subject", "a.1"), ("Nats-Sequence", "1"), ("Nats-Time-Stamp", _STAMP),
+                 ("Nats-Num-Pending", "0"), ("Nats-Last-Sequence", "0")])
+    big = hmsg(DIRECT_INBOX, 4, hdr, b"x" * 70_000)
+    result = check_lane(big, max_payload=1024)  # (raises unless both ways agree)
+    assert result.error is not None and "exceeds max_payload" in str(result.error)
+    assert check_lane(big, max_payload=1 << 20).error is None
 
 
 def test_only_a_batched_get_arms_the_lane() -> None:

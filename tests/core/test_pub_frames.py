@@ -52,3 +52,9 @@ def test_the_pieces_are_remade_after_their_caches_are_cleared() -> None:
         check_publish_subject(subject)
         assert pub_head(subject) == b"PUB " + subject.encode() + b" "
     assert pub_head("never.checked.subject") is None
+    # The caches stay bounded, and in step: a subject the check remembers has its head.
+    assert len(protocol._size_lines) <= protocol._CACHE_LIMIT and len(protocol._pub_tails) <= 64
+    assert protocol._pub_heads.keys() == protocol._pub_cache.keys()
+    protocol._pub_heads.clear()  # (as two threads clearing at once could leave them)
+    check_publish_subject("s.1")
+    assert pub_head("s.1") == b"PUB s.1 "
