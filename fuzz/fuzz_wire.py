@@ -280,15 +280,18 @@ def _as_direct_reply(e: MsgReceived) -> tuple[Any, ...] | None:
     if e.sid not in DIRECT_SIDS or e.subject != DIRECT_INBOX or e.reply is not None or e.status is not None:
         return None
     layout = e.headers._direct_layout() if e.headers is not None else None
-    if layout is None or layout[0] != "" or layout[5] is None or layout[6] is None:
+    if layout is None or layout[5] is None or layout[6] is None:
         return None
     own, stream, subject, seq, stamp, pending, last, up_to = layout
     assert stream and subject and seq and stamp and pending and last
     digits = [seq, pending, last] + ([] if up_to is None else [up_to])
     if not all(d.isascii() and d.isdigit() and len(d) <= 19 for d in digits):
         return None
+    assert own is not None
+    if not all(" " <= c <= "~" or c in "\t\r\n" for c in own):
+        return None  # (an own value the lane does not read: other than printable ASCII, space, tab)
     return (e.sid, stream, subject, int(seq), stamp, int(pending), int(last),
-            None if up_to is None else int(up_to), e.data)
+            None if up_to is None else int(up_to), own, e.data)
 
 
 def _bytes_in(events: Sequence[ParserEvent]) -> int:

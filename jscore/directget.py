@@ -550,11 +550,11 @@ class DirectGetBatch:
         """Feed a run of replies the connection's lane read (each what :meth:`receive_msg` makes
         of the same frame, in the server's exact form). Never raises for what the server sent."""
         rows = self._rows
-        for stream, subject, seq, stamp, num_pending, last_seq, _up_to, data in run.replies:
+        for stream, subject, seq, stamp, num_pending, last_seq, _up_to, own, data in run.replies:
             if self.done:
                 return  # (ended by an earlier reply of the run: the rest is late)
             try:
-                stored = stored_of_layout(stream, subject, seq, stamp, data, "", rows)
+                stored = stored_of_layout(stream, subject, seq, stamp, data, own, rows)
             except JetStreamError as exc:
                 self._finish(exc, "malformed")
                 return

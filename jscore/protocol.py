@@ -152,13 +152,15 @@ class MsgsReceived(msgspec.Struct, gc=False):
 class DirectRepliesReceived(msgspec.Struct, frozen=True, gc=False):
     """A run of direct get replies in a row on one inbox armed for them
     (:meth:`AckLane.arm_direct`: a batched direct get's), each in the exact form nats-server
-    writes (its headers only, in its order, a 1 to 9 digit fraction in the time stamp, both
-    cursor headers, numbers of at most 19 digits), read by one match each: ``(stream, subject,
-    seq, stamp, num_pending, last_seq, up_to_seq or None, payload)``. ``size`` as for
+    writes (the message's own header lines, printable ASCII, then the server's headers in its
+    order, a 1 to 9 digit fraction in the time stamp, both cursor headers, numbers of at most 19
+    digits), read by one match each: ``(stream, subject, seq, stamp, num_pending, last_seq,
+    up_to_seq or None, own, payload)``, ``own`` the text of the own header lines (``""``: none,
+    as :meth:`jscore.headers.Headers._direct_layout` gives it). ``size`` as for
     :class:`MsgsReceived`."""
 
     sid: int
-    replies: list[tuple[str, str, int, str, int, int, Union[int, None], bytes]]
+    replies: list[tuple[str, str, int, str, int, int, Union[int, None], str, bytes]]
     size: int
 
 
@@ -210,7 +212,8 @@ class AckLane:
         num = rb"([0-9]{1,19})\r\n"
         self.direct_match = re.compile(
             rb"HMSG " + re.escape(prefix) + rb"\.[0-9A-Za-z]{22} ([0-9]{1,10}) ([0-9]{1,7}) ([0-9]{1,10})\r\n"
-            rb"NATS/1\.0\r\nNats-Stream: ([!-~]+)\r\nNats-Subject: ([!-~]+)\r\nNats-Sequence: " + num
+            rb"NATS/1\.0\r\n" + _DIRECT_OWN_LINES
+            + rb"Nats-Stream: ([!-~]+)\r\nNats-Subject: ([!-~]+)\r\nNats-Sequence: " + num
             + rb"Nats-Time-Stamp: ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{1,9}Z)\r\n"
             rb"Nats-Num-Pending: " + num + rb"Nats-Last-Sequence: " + num + rb"(?:Nats-UpTo-Sequence: " + num
             + rb")?\r\n"
@@ -270,7 +273,15 @@ def _decode_subject(raw: bytes) -> str:
 _stream_cache: dict[bytes, str] = {}
 """Stream names of PubAcks read in the :class:`AckLane` (printable ASCII, checked by its match)."""
 
-_DIRECT_BLOCK_HEAD: Final = len(b"NATS/1.0\r\nNats-Stream: ")
+_DIRECT_BLOCK_HEAD: Final = len(b"NATS/1.0\r\n")
+# The message's own header lines before the server's, as jscore.headers' direct layout reads
+# them (a token key that is none of the server's names, in any case; a value that does not end
+# in a space or tab), with values of printable ASCII only: a line it takes is one that layout
+# takes, with the same text.
+_DIRECT_OWN_LINES: Final = (
+    rb"((?:(?!(?i:nats-(?:stream|subject|sequence|time-stamp|num-pending|last-sequence|upto-sequence)):)"
+    rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[ -~\t]*+(?<![ \t])\r\n)*+)"
+)
 
 _sid_cache: dict[bytes, int] = {}
 """The sids seen, as the digits arrive: a dict hit costs less than checking and converting."""
@@ -404,7 +415,7 @@ class Parser:
         subjects = _subject_cache
         max_msg = self._max_msg
         n = len(buf)
-        replies: list[tuple[str, str, int, str, int, int, int | None, bytes]] = []
+        replies: list[tuple[str, str, int, str, int, int, int | None, str, bytes]] = []
         add = replies.append
         run_sid = b""
         head = b""  # ``HMSG <inbox> `` of the run's sid: every reply of the run is to that inbox
@@ -413,7 +424,7 @@ class Parser:
             m = match(buf, pos)
             if m is None:
                 break
-            sid_b, hdr_b, total_b, stream_b, subject_b, seq_b, stamp_b, pending_b, last_b, up_to_b = m.groups()
+            sid_b, hdr_b, total_b, own_b, stream_b, subject_b, seq_b, stamp_b, pending_b, last_b, up_to_b = m.groups()
             if sid_b != run_sid:
                 if run_sid or sid_b not in sids:
                     break
@@ -438,7 +449,7 @@ class Parser:
             if subject is None:
                 subject = _decode_subject(subject_b)
             add((stream, subject, int(seq_b), stamp_b.decode(), int(pending_b), int(last_b),
-                 None if up_to_b is None else int(up_to_b), buf[after:stop]))
+                 None if up_to_b is None else int(up_to_b), own_b.decode() if own_b else "", buf[after:stop]))
             size += block_at - pos - 5 - len(sid_b) - len(hdr_b) - len(total_b) - 5 + total
             pos = stop + 2
         if replies:

@@ -49,8 +49,11 @@ def reply(draw: st.DrawFn, seq: int, last: int) -> tuple[bytes, bytes, int]:
              ("Nats-Last-Sequence", str(last))]
     if draw(st.booleans()):
         lines.append(("Nats-UpTo-Sequence", str(draw(st.integers(0, 99)))))
-    if kind == 4:
-        lines.insert(0, ("Own", "x"))  # the message's own header first: the general way
+    if kind == 4:  # the message's own headers first (the lane reads printable ASCII ones)
+        own = draw(st.lists(st.sampled_from([("Nats-Msg-Id", "m-1"), ("Own", "x y"), ("Own", "a\tb"), ("Own", ""),
+                                             ("X-Ü", "1"), ("Own", "ü"), ("Own", "x\x01"), ("nats-sequence", "9"),
+                                             ("Nats-Stream-X", "y"), ("K", "trailing ")]), min_size=1, max_size=3))
+        lines[:0] = own
     if kind == 5:
         lines[2] = ("nats-sequence", str(seq))
     if kind == 6:
@@ -115,6 +118,12 @@ def outcome(lane: bool, rows: bool, multi: bool, replies: list[tuple[bytes, byte
 @example(rows=False, multi=True, replies=[(block([("Nats-Stream", "S"), ("Nats-Subject", "a.1"), ("Nats-Sequence", "1"),
                                                   ("Nats-Time-Stamp", _STAMP), ("Nats-Num-Pending", "0"),
                                                   ("Nats-Last-Sequence", "0")]), b"x", 0)], cuts=[])
+@example(rows=False, multi=False, replies=[(block([("Nats-Msg-Id", "m-1"), ("Own", "a\tb"), ("Nats-Stream", "S"),
+                                                   ("Nats-Subject", "a.1"), ("Nats-Sequence", "1"), ("Nats-Time-Stamp", _STAMP),
+                                                   ("Nats-Num-Pending", "0"), ("Nats-Last-Sequence", "0")]), b"x", 0)], cuts=[])
+@example(rows=True, multi=False, replies=[(block([("Nats-Msg-Id", "m-1"), ("Nats-Stream", "S"), ("Nats-Subject", "a.1"),
+                                                  ("Nats-Sequence", "1"), ("Nats-Time-Stamp", _STAMP),
+                                                  ("Nats-Num-Pending", "0"), ("Nats-Last-Sequence", "0")]), b"x", 0)], cuts=[])
 @given(rows=st.booleans(), multi=st.booleans(), replies=script(), cuts=st.lists(st.integers(min_value=0), max_size=4))
 def test_the_lane_changes_nothing_but_the_cost(
     rows: bool, multi: bool, replies: list[tuple[bytes, bytes, int]], cuts: list[int]

@@ -194,8 +194,8 @@ class _LossyDirectParser(Parser):
         out: list[Any] = []
         for e in super().feed(data):
             if isinstance(e, DirectRepliesReceived):
-                stream, subject, seq, stamp, pending, last, up_to, payload = e.replies[0]
-                first = (stream, subject, seq, stamp, pending + 1, last, up_to, payload)
+                stream, subject, seq, stamp, pending, last, up_to, own, payload = e.replies[0]
+                first = (stream, subject, seq, stamp, pending + 1, last, up_to, own, payload)
                 e = DirectRepliesReceived(e.sid, [first, *e.replies[1:]], e.size)
             out.append(e)
         return out

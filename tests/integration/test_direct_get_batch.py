@@ -96,26 +96,30 @@ def read_all(it: DirectGetIterator) -> list[StoredMsg]:
 
 
 def test_the_servers_replies_are_read_in_the_lane(env: Env) -> None:
-    """nats-server's replies to a batch and a multi_last, in its exact form, take the
-    connection's direct lane; a message with headers of its own goes the general way, and
-    both give the same messages (and rows) as the general way would."""
+    """nats-server's replies to a batch and a multi_last, in its exact form (with the message's
+    own headers in printable ASCII too), take the connection's direct lane; a header value
+    outside ASCII goes the general way; both give the same messages and rows."""
     stream, p = env.stream()
     env.fill([f"{p}.{i}" for i in range(40)])
-    env.js.publish(f"{p}.own", b"o", headers={"Own": "x"})
+    env.js.publish(f"{p}.own", b"o", headers={"Own": "x", "Nats-Msg-Id": "id-1"})
+    env.js.publish(f"{p}.uni", b"u", headers={"Own": "\u00fc"})
     lane = shell_of(env.nc).session.conn._lane
     before = lane.direct_read
     got = read_all(stream.direct_get_batch(seq=1, batch=100, timeout=5.0))
     assert [(m.seq, m.subject, m.data, m.headers) for m in got] == [
-        (i + 1, f"{p}.{i}", b"m%d" % i, None) for i in range(40)] + [(41, f"{p}.own", b"o", Headers([("Own", "x")]))]
-    assert lane.direct_read - before == 40  # (the last one has own headers: the general way)
+        (i + 1, f"{p}.{i}", b"m%d" % i, None) for i in range(40)] + [
+        (41, f"{p}.own", b"o", Headers([("Own", "x"), ("Nats-Msg-Id", "id-1")])),
+        (42, f"{p}.uni", b"u", Headers([("Own", "\u00fc")]))]
+    assert lane.direct_read - before == 41  # (the last one goes the general way)
     last = read_all(stream.direct_get_last_for([f"{p}.>"], timeout=5.0))
-    assert sorted(m.seq for m in last) == list(range(1, 42)) and lane.direct_read - before == 80
+    assert sorted(m.seq for m in last) == list(range(1, 43)) and lane.direct_read - before == 82
     rows = list(stream._direct_rows(1, next_by_subject=None, batch=100, max_bytes=None, timeout=5.0))
     assert [(r[0], r[1], r[2], r[5]) for r in rows] == [(m.subject, m.seq, m.data, m.stream) for m in got]
-    for r, m in zip(rows[:40], got[:40]):  # (a row's time stays the server's text, its own headers "")
+    for r, m in zip(rows[:41], got[:41]):  # (a row's time stays the server's text, its own headers text)
         t = parse_nats_time(r[4])  # type: ignore[arg-type]
-        assert r[3] == "" and (t, t.nanosecond) == (m.time, m.time.nanosecond)  # type: ignore[union-attr]
-    assert lane.direct_read - before == 120
+        assert (t, t.nanosecond) == (m.time, m.time.nanosecond)  # type: ignore[union-attr]
+    assert [r[3] for r in rows[39:41]] == ["", "Own: x\r\nNats-Msg-Id: id-1\r\n"]
+    assert lane.direct_read - before == 123
     assert not lane.direct_heads  # (each get's inbox was disarmed at its end)
 
 
