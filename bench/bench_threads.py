@@ -16,7 +16,11 @@ Workloads (128 B payloads, ``--msgs`` messages, a fresh stream each time):
 * ``consume``: ``consumer.consume`` of a pre-filled stream with batches of 500, every message
   acked in the handler (as the harness's consume; the fill is not measured);
 * ``publish_partition``: the Spark writer, ``jssync.spark.publish_partition``, on a list of
-  ``Row(data=...)`` outside Spark (needs pyspark; a msg id per row, every ack checked).
+  ``Row(data=...)`` outside Spark (needs pyspark; a msg id per row, every ack checked);
+* ``direct_get_batch``: ``stream.direct_get_last_for`` of 1000 subjects, repeated until
+  ``--msgs`` replies were read (the calling thread reads its own replies: the I/O thread is
+  idle); ``direct_get_batch_msgid``: the same with a msg id stored with each message (as the
+  Spark writer stores them: a header of the message's own in every reply).
 
 Each tree runs in its own process ``--procs`` times, the trees alternating. A thread's CPU is
 read from ``/proc`` (user + system), the server's too when ``--server-pid`` is given. The two
@@ -55,12 +59,12 @@ def threads():
 def server():
     return cpu(f"/proc/{spid}/stat") if spid else 0.0
 
-def fresh_stream(js, name):
+def fresh_stream(js, name, **config):
     try:
         js.delete_stream(name)
     except Exception:
         pass
-    js.create_stream(name=name, subjects=[name.lower() + ".>"])
+    js.create_stream(name=name, subjects=[name.lower() + ".>"], **config)
 
 data = b"x" * 128
 nc = jssync.connect(url)
@@ -107,6 +111,22 @@ elif workload == "publish_partition":
     c0, s0, t0 = threads(), server(), time.perf_counter()
     assert publish_partition(rows, servers=url, subject="btpp.x", run_id="run", partition_id=0) == n
     t1, s1, c1 = time.perf_counter(), server(), threads()
+elif workload in ("direct_get_batch", "direct_get_batch_msgid"):
+    # The last message of each of 1000 subjects (128 B, a msg id each in the _msgid form, as
+    # the Spark writer stores them), read with direct_get_last_for until n replies were read.
+    fresh_stream(js, "BTDG", allow_direct=True)
+    with_id = workload.endswith("msgid")
+    for i in range(1000):
+        js.publish_async(f"btdg.{i}", data, msg_id=f"id-{i}" if with_id else None)
+    js.publish_async_complete(timeout=60)
+    stream = js.stream("BTDG")
+    seen = 0
+    c0, s0, t0 = threads(), server(), time.perf_counter()
+    while seen < n:
+        for m in stream.direct_get_last_for(["btdg.*"]):
+            seen += 1
+    t1, s1, c1 = time.perf_counter(), server(), threads()
+    n = seen
 else:
     raise SystemExit(f"unknown workload {workload}")
 nc.close()
@@ -121,7 +141,8 @@ def main() -> None:
     ap.add_argument("trees", nargs="+", help="source trees (each with jscore/ and jssync/)")
     ap.add_argument("--server", required=True, help="URL of a running nats-server with JetStream")
     ap.add_argument("--server-pid", type=int, default=0, help="its pid, to read its CPU too")
-    ap.add_argument("--workload", choices=("publish_async", "consume", "publish_partition"), default="publish_async")
+    ap.add_argument("--workload", choices=("publish_async", "consume", "publish_partition", "direct_get_batch",
+                                           "direct_get_batch_msgid"), default="publish_async")
     ap.add_argument("--msgs", type=int, default=50_000)
     ap.add_argument("--procs", type=int, default=3)
     a = ap.parse_args()
