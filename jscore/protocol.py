@@ -473,8 +473,9 @@ class Parser:
         subjects = _subject_cache
         sids = _sid_cache
         lane = self._lane
-        lane_heads = lane.heads if lane is not None and lane.heads else None
-        direct_heads = lane.direct_heads if lane is not None and lane.direct_heads else None
+        # (the frames the lane may read start with one of these: MSG to a publish window's
+        # inbox, HMSG to a batched direct get's)
+        lane_heads = (lane.heads + lane.direct_heads) if lane is not None else ()
         runs = lane.runs if lane is not None else None
         run: MsgsReceived | None = None  # the run the last event appended is (see AckLane)
         while pos < n:
@@ -484,13 +485,16 @@ class Parser:
                 break
             if end - pos > MAX_CONTROL_LINE and buf[pos : pos + 4].upper() != b"INFO":
                 raise RemoteProtocolError("control line too long")
-            if buf.startswith(b"MSG ", pos):
-                if lane_heads is not None and buf.startswith(lane_heads, pos):
+            if lane_heads and buf.startswith(lane_heads, pos):
+                if buf.startswith(b"M", pos):
                     after = self._ack_run(buf, pos, append)
-                    if after != pos:
-                        pos = after
-                        run = None
-                        continue
+                else:
+                    after = self._direct_run(buf, pos, append)
+                if after != pos:
+                    pos = after
+                    run = None
+                    continue
+            if buf.startswith(b"MSG ", pos):
                 # The hot path: inlined checks, no slices but the ones we keep.
                 args = buf[pos + 4 : end].split()
                 nargs = len(args)
@@ -528,24 +532,8 @@ class Parser:
                     reply = None
                 size += len(subject_b) + len(reply_b)
                 msg = MsgReceived(subject, sid, reply, buf[start:stop], None, None, None, size)
-                if runs and sid in runs:
-                    if run is not None and run.sid == sid:
-                        run.msgs.append(msg)
-                        run.size += size
-                    else:
-                        run = MsgsReceived(sid, [msg], size)
-                        append(run)
-                else:
-                    append(msg)
-                    run = None
-                pos = stop + 2
+                status = None
             elif buf.startswith(b"HMSG ", pos):
-                if direct_heads is not None and buf.startswith(direct_heads, pos):
-                    after = self._direct_run(buf, pos, append)
-                    if after != pos:
-                        pos = after
-                        run = None
-                        continue
                 # The other hot path (JetStream messages, replies with status), inlined the same way.
                 args = buf[pos + 5 : end].split()
                 nargs = len(args)
@@ -591,22 +579,24 @@ class Parser:
                     reply = None
                 size += len(subject_b) + len(reply_b)
                 msg = MsgReceived(subject, sid, reply, buf[start + hdr : stop], headers, status, description, size)
-                if status is None and runs and sid in runs:
-                    if run is not None and run.sid == sid:
-                        run.msgs.append(msg)
-                        run.size += size
-                    else:
-                        run = MsgsReceived(sid, [msg], size)
-                        append(run)
-                else:
-                    append(msg)
-                    run = None
-                pos = stop + 2
             else:
                 line = buf[pos:end]
                 pos = end + 2
                 self._parse_control(line, append)
                 run = None
+                continue
+            # A message (MSG or HMSG): alone, or into the run of its sid (see AckLane).
+            if status is None and runs and sid in runs:
+                if run is not None and run.sid == sid:
+                    run.msgs.append(msg)
+                    run.size += size
+                else:
+                    run = MsgsReceived(sid, [msg], size)
+                    append(run)
+            else:
+                append(msg)
+                run = None
+            pos = stop + 2
         return events, pos
 
     def _check_partial_line(self, buf: bytes, pos: int, n: int) -> None:

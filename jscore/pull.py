@@ -945,6 +945,7 @@ class _Machine:
         self._broken: BaseException | None = None
         self.delivered = 0  # user messages delivered
         self.ignored = 0  # messages that arrived after the end (never delivered)
+        self.pin_id: str | None = None  # the priority group's pin (ADR-42), once one came
 
     def _check(self) -> None:
         if self._broken is not None:
@@ -954,6 +955,19 @@ class _Machine:
         """Pop the next event, or None."""
         self._check()
         return self._events.popleft() if self._events else None
+
+    def _note_pin(self, msg: MsgReceived, taken: list[MsgReceived]) -> list[MsgReceived]:
+        """Pin tracking in a run (``receive_msgs``): a message with a new pin id ends the run's
+        messages before it (their :class:`MessagesDelivered` first), then comes
+        :class:`PinIdChanged`; returns the list ``msg`` joins."""
+        pin = _last_pin(msg.headers)
+        if pin is not None and pin != self.pin_id:
+            self.pin_id = pin
+            if taken:
+                self._events.append(MessagesDelivered(msgs=taken))
+                taken = []
+            self._events.append(PinIdChanged(pin_id=pin))
+        return taken
 
     def drain_events(self) -> list[PullEvent]:
         """Every queued event at once (cheaper than ``next_event`` in a loop). Events queued
@@ -1142,13 +1156,7 @@ class FetchMachine(_Machine):
                 self.delivered += 1
                 self.delivered_bytes += msg.size
                 if self._track_pin:
-                    pin = _last_pin(msg.headers)
-                    if pin is not None and pin != self.pin_id:
-                        self.pin_id = pin
-                        if taken:
-                            self._events.append(MessagesDelivered(msgs=taken))
-                            taken = []
-                        self._events.append(PinIdChanged(pin_id=pin))
+                    taken = self._note_pin(msg, taken)
                 taken.append(msg)
                 if self.delivered >= batch or (max_bytes and self.delivered_bytes >= max_bytes):
                     self._events.append(MessagesDelivered(msgs=taken))
@@ -1433,13 +1441,7 @@ class ConsumeMachine(_Machine):
             if self._track_pin:
                 taken: list[MsgReceived] = []
                 for msg in run:
-                    pin = _last_pin(msg.headers)
-                    if pin is not None and pin != self.pin_id:
-                        self.pin_id = pin
-                        if taken:
-                            self._events.append(MessagesDelivered(msgs=taken))
-                            taken = []
-                        self._events.append(PinIdChanged(pin_id=pin))
+                    taken = self._note_pin(msg, taken)
                     taken.append(msg)
                 run = taken
             self._events.append(MessagesDelivered(msgs=run))
