@@ -58,16 +58,25 @@ _COMMON_LINE: Final = re.compile("(" + _TOKEN_RE + r"):[ \t]*(" + _VALUE_CHAR_RE
 # ASCII, other spacing) is read pair by pair, so the result is always the general parser's.
 _DIRECT_MARK: Final = "\r\nNats-Stream: "
 _DIRECT_VALUE: Final = r": ([!-~]++)\r\n"
-_DIRECT_OWN: Final = (
-    r"((?:(?!(?i:nats-(?:stream|subject|sequence|time-stamp|num-pending|last-sequence|upto-sequence)):)"
-    + _TOKEN_RE + ":" + _VALUE_CHAR_RE + r"*+(?<![ \t])\r\n)*+)"
-)
+
+
+def direct_own_lines_re(value_char: str) -> str:
+    """The group of a direct get reply's own header lines (before the server's): lines of the
+    common form whose key is none of the server's names (in any case), their values made of
+    ``value_char``. (The connection's direct lane reads them with a narrower ``value_char``.)"""
+    return (
+        r"((?:(?!(?i:nats-(?:stream|subject|sequence|time-stamp|num-pending|last-sequence|upto-sequence)):)"
+        + _TOKEN_RE + ":" + value_char + r"*+(?<![ \t])\r\n)*+)"
+    )
+
+
+_DIRECT_OWN: Final = direct_own_lines_re(_VALUE_CHAR_RE)
 # (the time stamp in the form nats-server 2.10+ writes, RFC 3339 in UTC with 1 to 9 fractional
 # digits: its reader then checks only that the date exists, see jscore.times.parse_server_stamp)
-_DIRECT_STAMP: Final = r": ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{1,9}Z)\r\n"
+DIRECT_STAMP_RE: Final = r": ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{1,9}Z)\r\n"
 _DIRECT_SERVER: Final = (
     "Nats-Stream" + _DIRECT_VALUE + "Nats-Subject" + _DIRECT_VALUE + "Nats-Sequence" + _DIRECT_VALUE
-    + "Nats-Time-Stamp" + _DIRECT_STAMP + "(?:Nats-Num-Pending" + _DIRECT_VALUE + ")?(?:Nats-Last-Sequence"
+    + "Nats-Time-Stamp" + DIRECT_STAMP_RE + "(?:Nats-Num-Pending" + _DIRECT_VALUE + ")?(?:Nats-Last-Sequence"
     + _DIRECT_VALUE + ")?(?:Nats-UpTo-Sequence" + _DIRECT_VALUE + r")?\r\n"
 )  # fmt: skip
 _DIRECT_LAYOUT: Final = re.compile(r"NATS/1\.0\r\n" + _DIRECT_OWN + _DIRECT_SERVER)

@@ -19,7 +19,7 @@ from typing import Any, Final, Union
 import msgspec
 
 from .errors import BadSubjectError, MaxPayloadError, RemoteProtocolError
-from .headers import Headers, parse_header_block
+from .headers import DIRECT_STAMP_RE, Headers, direct_own_lines_re, parse_header_block
 
 __all__ = [
     "MAX_CONTROL_LINE",
@@ -190,8 +190,9 @@ class AckLane:
 
     Direct get replies: on an inbox armed with :meth:`arm_direct`, an ``HMSG`` whose header
     block is exactly the server's (see :class:`DirectRepliesReceived`) is read by one match, and
-    a run of them is one :class:`DirectRepliesReceived`; any other frame (a status, the message's
-    own headers, other spacing, a size that does not add up) goes the general way. What the run
+    a run of them is one :class:`DirectRepliesReceived`; any other frame (a status, an own header
+    value outside printable ASCII, other spacing, a size that does not add up, a reply to
+    another inbox) goes the general way. What the run
     gives is what the general way and the direct get reader make of the same frames.
     """
 
@@ -214,8 +215,8 @@ class AckLane:
             rb"HMSG " + re.escape(prefix) + rb"\.[0-9A-Za-z]{22} ([0-9]{1,10}) ([0-9]{1,7}) ([0-9]{1,10})\r\n"
             rb"NATS/1\.0\r\n" + _DIRECT_OWN_LINES
             + rb"Nats-Stream: ([!-~]+)\r\nNats-Subject: ([!-~]+)\r\nNats-Sequence: " + num
-            + rb"Nats-Time-Stamp: ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{1,9}Z)\r\n"
-            rb"Nats-Num-Pending: " + num + rb"Nats-Last-Sequence: " + num + rb"(?:Nats-UpTo-Sequence: " + num
+            + rb"Nats-Time-Stamp" + DIRECT_STAMP_RE.encode()
+            + rb"Nats-Num-Pending: " + num + rb"Nats-Last-Sequence: " + num + rb"(?:Nats-UpTo-Sequence: " + num
             + rb")?\r\n"
         ).match
         self.direct_sids: dict[bytes, int] = {}
@@ -275,13 +276,9 @@ _stream_cache: dict[bytes, str] = {}
 
 _DIRECT_BLOCK_HEAD: Final = len(b"NATS/1.0\r\n")
 # The message's own header lines before the server's, as jscore.headers' direct layout reads
-# them (a token key that is none of the server's names, in any case; a value that does not end
-# in a space or tab), with values of printable ASCII only: a line it takes is one that layout
+# them, with values of printable ASCII (and tabs) only: a line it takes is one that layout
 # takes, with the same text.
-_DIRECT_OWN_LINES: Final = (
-    rb"((?:(?!(?i:nats-(?:stream|subject|sequence|time-stamp|num-pending|last-sequence|upto-sequence)):)"
-    rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[ -~\t]*+(?<![ \t])\r\n)*+)"
-)
+_DIRECT_OWN_LINES: Final = direct_own_lines_re(r"[ -~\t]").encode()
 
 _sid_cache: dict[bytes, int] = {}
 """The sids seen, as the digits arrive: a dict hit costs less than checking and converting."""
