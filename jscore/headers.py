@@ -389,6 +389,76 @@ def headers_dict(headers: Headers) -> dict[str, list[str]] | None:
     return _by_key(_COMMON_LINE.findall(block, _FIRST_LINE) if block is not None else headers._pairs)
 
 
+def header_columns(
+    items: Sequence[Headers | str | None],
+) -> tuple[list[int | None], list[str], list[int] | None, list[str]]:
+    """The headers of a batch of messages as the columns of a map from key to values (a bulk
+    reader's Arrow column): per item the number of keys (None: no headers), every item's keys
+    in order, per key its number of values (None: one each), the values in order. Item by item
+    the same as :func:`headers_dict` (:class:`Headers`) or :func:`header_lines_dict` (the
+    checked header lines of a direct get, a ``str``). When every item with headers has exactly
+    one line as the parser checked it, one match over the batch splits them all."""
+    counts: list[int | None] = []
+    lines: list[str] = []
+    for h in items:
+        if h is None:
+            counts.append(None)
+            continue
+        if isinstance(h, str):
+            if not h:
+                counts.append(None)
+                continue
+            if h.count("\r\n") != 1:
+                return _header_columns_general(items)
+            lines.append(h)
+        else:
+            block = h._block
+            if block is None or block.count("\r\n") != 3:  # NATS/1.0, the line, the empty one
+                return _header_columns_general(items)
+            lines.append(block[_FIRST_LINE:-2])
+        counts.append(1)
+    if not lines:
+        return counts, [], None, []
+    # The usual batch: one key, written "Key: value" (a writer's Nats-Msg-Id): no match at all.
+    first = lines[0]
+    key = first[: first.find(":")]
+    head = key + ": "
+    n = len(head)
+    if all(line.startswith(head) for line in lines):
+        values = [line[n:-2] for line in lines]
+        if not any(v[:1] in " \t" for v in values):  # (else the match strips the white space)
+            return counts, [key] * len(lines), None, values
+    pairs = _COMMON_LINE.findall("".join(lines))
+    if len(pairs) != len(lines):  # (cannot happen to checked lines; the general path decides)
+        return _header_columns_general(items)
+    return counts, [k for k, _ in pairs], None, [v for _, v in pairs]
+
+
+def _header_columns_general(
+    items: Sequence[Headers | str | None],
+) -> tuple[list[int | None], list[str], list[int] | None, list[str]]:
+    counts: list[int | None] = []
+    keys: list[str] = []
+    value_counts: list[int] = []
+    values: list[str] = []
+    for h in items:
+        if h is None:
+            by_key = None
+        elif isinstance(h, str):
+            by_key = header_lines_dict(h)
+        else:
+            by_key = headers_dict(h)
+        if not by_key:
+            counts.append(None)
+            continue
+        counts.append(len(by_key))
+        for key, vals in by_key.items():
+            keys.append(key)
+            value_counts.append(len(vals))
+            values.extend(vals)
+    return counts, keys, value_counts, values
+
+
 def _parse_general(text: str) -> tuple[Headers, int | None, str | None]:
     """:func:`parse_header_block` of any block (its text without the closing CRLF CRLF)."""
     lines = text.split("\r\n")

@@ -40,6 +40,7 @@ __all__ = [
     "SequencePair",
     "MsgMetadata",
     "parse_ack_subject",
+    "ack_cursor",
     "format_ack_subject",
     "ACK",
     "NAK",
@@ -146,6 +147,22 @@ def parse_ack_subject(reply: str) -> MsgMetadata:
             )
         # (a number above 2**64-1: the general path names it)
     return _parse_split(reply)
+
+
+def ack_cursor(reply: str) -> tuple[str, int, int, int] | None:
+    """``(consumer, stream sequence, consumer sequence, timestamp in ns)`` of a v1 ack subject,
+    the values :func:`parse_ack_subject` gives for it, without building :class:`MsgMetadata`
+    (an ordered consumer's check of a run of deliveries, which needs no datetime). None for
+    anything else, valid or not (a v2 subject, a number above 2**64-1): the caller then uses
+    :func:`parse_ack_subject`, which reads it or names what is wrong."""
+    m = _V1.fullmatch(reply)
+    if m is None:
+        return None
+    _, consumer, d, s, c, t, p = m.groups()
+    sseq, cseq, ts_ns = int(s), int(c), int(t)
+    if sseq <= _MAX_U64 and cseq <= _MAX_U64 and ts_ns <= _MAX_U64 and int(d) <= _MAX_U64 and int(p) <= _MAX_U64:
+        return consumer, sseq, cseq, ts_ns
+    return None
 
 
 def _parse_split(reply: str) -> MsgMetadata:

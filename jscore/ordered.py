@@ -89,10 +89,10 @@ from .errors import (
     TimeoutError,
 )
 from .jsapi import ACTION_CREATE, DEFAULT_API_PREFIX, ApiSubjects, consumer_create_request
-from .jsmsg import MsgMetadata, parse_ack_subject
+from .jsmsg import MsgMetadata, ack_cursor, parse_ack_subject
 from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, SendRequested, Stop
 from .models import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy, decode_response
-from .protocol import MsgReceived
+from .protocol import MsgReceived, MsgsReceived
 from .pull import (
     MIN_LATER_EXPIRES,
     ConsumeMachine,
@@ -106,6 +106,7 @@ from .pull import (
     FlowControlReplyRequested,
     HeartbeatMissed,
     MessageDelivered,
+    MessagesDelivered,
     MessagesTaken,
     PullRequested,
     StatusWarning,
@@ -135,6 +136,7 @@ __all__ = [
     "OrderedMachine",
     "OrderedEnd",
     "OrderedMessageDelivered",
+    "OrderedMessagesDelivered",
     "OrderedConsumerReset",
     "OrderedFinished",
     "OrderedConsumerCreated",
@@ -753,6 +755,18 @@ class OrderedMessageDelivered(msgspec.Struct, frozen=True, kw_only=True, gc=Fals
     metadata: MsgMetadata
 
 
+class OrderedMessagesDelivered(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """Messages in order from a run (:meth:`OrderedMachine.receive_msgs`): the same as one
+    :class:`OrderedMessageDelivered` per message, in this order, without a
+    :class:`MsgMetadata` each. ``stream_seqs[i]`` and ``stamps[i]`` (nanoseconds since the
+    epoch) are what ``msgs[i]``'s ack subject says; the rest of its metadata is read from the
+    subject when asked for."""
+
+    msgs: list[MsgReceived]
+    stream_seqs: list[int]
+    stamps: list[int]
+
+
 class OrderedConsumerReset(msgspec.Struct, frozen=True, kw_only=True):
     """A notification: the server consumer was dropped for ``reason``; the next one is
     ``serial`` and starts after stream sequence ``stream_seq``. ``error`` is what caused it,
@@ -784,6 +798,7 @@ class OrderedFinished(msgspec.Struct, frozen=True, kw_only=True):
 
 OrderedEvent = Union[
     OrderedMessageDelivered,
+    OrderedMessagesDelivered,
     OrderedConsumerReset,
     OrderedConsumerCreated,
     OrderedFinished,
@@ -883,6 +898,10 @@ class OrderedMachine:
         self._buffered_messages = 0
         self._buffered_bytes = 0
         self._last: tuple[MsgReceived | None, MsgMetadata | None] = (None, None)
+        # The run being fed to the inner machine (receive_msgs): its messages, their stream and
+        # consumer sequences and stamps; then how many of them the inner machine settled.
+        self._run: tuple[list[MsgReceived], list[int], list[int], list[int]] | None = None
+        self._run_settled = 0
         self._finished = False
         if state.state is OrderedState.CREATING:
             state.release(now)  # a create left in flight by an operation that ended abnormally
@@ -955,6 +974,84 @@ class OrderedMachine:
         except BaseException as exc:
             self._broken = exc
             raise
+
+    def receive_msgs(self, run: MsgsReceived, now: float) -> None:
+        """A run of messages in a row on the wildcard inbox (none a status): the same as each
+        fed to :meth:`receive_msg` in turn. The deliveries of the active consumer that lead the
+        run, with v1 ack subjects (:func:`~jscore.jsmsg.ack_cursor`), reach the inner machine as
+        one run and come out, up to a gap, as one :class:`OrderedMessagesDelivered`; the
+        messages after them, and those the inner machine did not take (its fetch completed),
+        go one by one."""
+        if self._broken is not None:
+            self._check()
+        msgs = run.msgs
+        inner = self._inner
+        taken: list[MsgReceived] = []
+        if inner is not None and not self._finished:
+            name = self.state.name
+            seqs: list[int] = []
+            cseqs: list[int] = []
+            stamps: list[int] = []
+            size = 0
+            for msg in msgs:
+                reply = msg.reply
+                cursor = ack_cursor(reply) if reply is not None else None
+                if cursor is None or cursor[0] != name:
+                    break
+                taken.append(msg)
+                seqs.append(cursor[1])
+                cseqs.append(cursor[2])
+                stamps.append(cursor[3])
+                size += msg.size
+        if not taken:
+            for msg in msgs:
+                self.receive_msg(msg, now)
+            return
+        try:
+            assert inner is not None
+            self._run = (taken, seqs, cseqs, stamps)
+            self._run_settled = 0
+            inner.receive_msgs(run if len(taken) == len(msgs) else MsgsReceived(run.sid, taken, size), now)
+            self._pump_inner(now)
+            settled = self._run_settled
+        except BaseException as exc:
+            self._broken = exc
+            raise
+        finally:
+            self._run = None
+        for msg in msgs[settled:] if settled < len(msgs) else ():
+            self.receive_msg(msg, now)
+
+    def _on_deliveries(self, delivered: list[MsgReceived], now: float) -> None:
+        """The inner machine's run of deliveries: a prefix of the run being fed (it takes them in
+        order), each checked against the cursor as :meth:`_on_delivery` does."""
+        assert self._run is not None
+        taken, seqs, cseqs, stamps = self._run
+        n = len(delivered)
+        if n > len(taken) or (n and delivered[0] is not taken[0]):
+            raise LocalProtocolError("the inner machine delivered messages that are not its run's")
+        on_message = self.state.on_message
+        ok = 0
+        while ok < n and on_message(seqs[ok], cseqs[ok]):
+            ok += 1
+        if ok:
+            self.delivered += ok
+            if self._consume is not None:
+                self._buffered_messages += ok
+                self._buffered_bytes += sum(m.size for m in delivered[:ok])
+            whole = ok == len(taken)
+            self._events.append(
+                OrderedMessagesDelivered(
+                    msgs=taken if whole else delivered[:ok],
+                    stream_seqs=seqs if whole else seqs[:ok],
+                    stamps=stamps if whole else stamps[:ok],
+                )
+            )
+        if ok < n:
+            self._run_settled = ok + 1  # (the rest: the old consumer's, stale one by one)
+            self._reset(ResetReason.GAP, now, None)
+        else:
+            self._run_settled = n
 
     def _on_user_msg(self, msg: MsgReceived, reply: str, now: float) -> None:
         try:
@@ -1131,6 +1228,8 @@ class OrderedMachine:
                     return  # a reset or the end dropped it: the rest of its events are moot
                 if type(e) is MessageDelivered:
                     self._on_delivery(e.msg, now)
+                elif type(e) is MessagesDelivered:
+                    self._on_deliveries(e.msgs, now)
                 elif type(e) is PullRequested:
                     self._events.append(
                         SendRequested(subject=self._inner_subject, body=e.body, reply_token=self._inner_token)

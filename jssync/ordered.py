@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Final
 from jscore import pull as P
 from jscore.validate import check_poll_timeout
 from jscore.errors import InvalidOptionError, NoMessagesError, TimeoutError
+from jscore.headers import Headers
+from jscore.jsmsg import parse_ack_subject
 from jscore.machine import MachineFailed, Stop
 from jscore.models import DeliverPolicy
 from jscore.ordered import (
@@ -39,6 +41,7 @@ from jscore.ordered import (
     OrderedFinished,
     OrderedMachine,
     OrderedMessageDelivered,
+    OrderedMessagesDelivered,
     new_name_prefix,
 )
 
@@ -51,6 +54,10 @@ if TYPE_CHECKING:
     from .jetstream import JetStream
 
 __all__ = ["OrderedConsumer", "OrderedConsumeContext", "OrderedMessageStream", "OrderedConsumerReset"]
+
+Record = tuple[str, bytes, "Headers | None", int, int]
+"""A message as a bulk reader takes it (:meth:`OrderedConsumer._fetch_records`): subject,
+payload, headers, stream sequence, time stored in nanoseconds since the epoch."""
 
 _log = logging.getLogger("jssync")
 _monotonic: Final = time.monotonic
@@ -75,7 +82,9 @@ class _Op:
     queue the machine's events go to. The sink runs under the client lock (usually on the I/O
     thread) and only queues."""
 
-    def __init__(self, oc: OrderedConsumer, options: P.FetchOptions | P.ConsumeOptions, collect: bool = False) -> None:
+    def __init__(
+        self, oc: OrderedConsumer, options: P.FetchOptions | P.ConsumeOptions, collect: bool = False, records: bool = False
+    ) -> None:
         js = oc._js
         self._oc = oc
         self._shell = shell = shell_of(js.client)
@@ -83,7 +92,11 @@ class _Op:
         self.q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         # A fetch's messages are gathered here, not queued one by one: the caller is woken once,
         # by the end, instead of once per message.
-        self.out: list[JsMsg] | None = [] if collect else None
+        self.out: list[Any] | None = [] if collect else None
+        # A records fetch (a bulk reader's) gathers (subject, data, headers, stream sequence,
+        # time stored in ns) tuples instead of messages, and the last one's ack subject.
+        self.records = records
+        self.last_reply: str | None = None
         self.done = False
         self.kind: OrderedEnd | None = None
         self.error: BaseException | None = None
@@ -105,6 +118,12 @@ class _Op:
     def _on_event(self, e: Any) -> None:
         cls = e.__class__
         if cls is OrderedMessageDelivered:
+            if self.records:
+                m, meta = e.msg, e.metadata
+                assert self.out is not None
+                self.out.append((m.subject, m.data, m.headers, meta.sequence.stream, meta.timestamp_ns))
+                self.last_reply = m.reply
+                return
             msg = JsMsg._from_event(e.msg, self._client)
             msg._meta = e.metadata  # (checked by the machine: no second parse)
             out = self.out
@@ -112,6 +131,24 @@ class _Op:
                 out.append(msg)
             else:
                 self.q.put(msg)
+        elif cls is OrderedMessagesDelivered:
+            out = self.out
+            msgs = e.msgs
+            if self.records:
+                assert out is not None
+                out.extend(
+                    [(m.subject, m.data, m.headers, seq, ts) for m, seq, ts in zip(msgs, e.stream_seqs, e.stamps)]
+                )
+                self.last_reply = msgs[-1].reply
+                return
+            client = self._client
+            make = JsMsg._from_event
+            if out is not None:
+                out.extend([make(m, client) for m in msgs])
+            else:
+                put = self.q.put
+                for m in msgs:
+                    put(make(m, client))
         elif cls is OrderedFinished:
             self._end(e.end, e.error)
         elif cls is MachineFailed:
@@ -194,10 +231,10 @@ class OrderedConsumer:
         if not self._busy.acquire(blocking=False):
             raise InvalidOptionError("an ordered consumer runs one fetch, consume or messages at a time")
 
-    def _start(self, options: P.FetchOptions | P.ConsumeOptions, collect: bool = False) -> _Op:
+    def _start(self, options: P.FetchOptions | P.ConsumeOptions, collect: bool = False, records: bool = False) -> _Op:
         self._acquire()
         try:
-            return _Op(self, options, collect)
+            return _Op(self, options, collect, records)
         except BaseException:
             self._busy.release()
             raise
@@ -221,7 +258,19 @@ class OrderedConsumer:
         opts = P.resolve_fetch_options(
             max_messages=max_messages, max_bytes=max_bytes, expires=expires, heartbeat=heartbeat, no_wait=no_wait
         )
-        op = self._start(opts, collect=True)
+        out, _ = self._fetch(opts, records=False)
+        return out
+
+    def _fetch_records(
+        self, max_messages: int, *, no_wait: bool = False, expires: float | None = 30.0
+    ) -> tuple[list[Record], int | None]:
+        """:meth:`fetch` for a bulk reader (the Spark source): the messages as :data:`Record`
+        tuples, no :class:`JsMsg` each, and the last one's pending count (None: none came)."""
+        opts = P.resolve_fetch_options(max_messages=max_messages, expires=expires, no_wait=no_wait)
+        return self._fetch(opts, records=True)
+
+    def _fetch(self, opts: P.FetchOptions, *, records: bool) -> tuple[list[Any], int | None]:
+        op = self._start(opts, collect=True, records=records)
         try:
             deadline = op.machine.deadline
             assert deadline is not None
@@ -242,7 +291,8 @@ class OrderedConsumer:
         assert out is not None
         kind = item.kind
         if out or kind is OrderedEnd.DONE or kind is OrderedEnd.STOPPED:
-            return out
+            last = op.last_reply
+            return out, (parse_ack_subject(last).num_pending if records and last is not None else None)
         if kind is OrderedEnd.NOT_READY:
             raise NoMessagesError("the ordered consumer is waiting to recreate its server consumer")
         if kind is OrderedEnd.CLOSED or item.error is None:

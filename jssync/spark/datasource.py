@@ -63,7 +63,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
 
 from jscore import directget as DG
 from jscore.errors import InvalidOptionError, JetStreamError, MsgNotFoundError, NatsError, NoMessagesError
-from jscore.headers import Headers, header_lines_dict, headers_dict
+from jscore.headers import Headers, header_columns, header_lines_dict, headers_dict
 from jscore.times import from_unix_ns, parse_server_stamp, unix_ns
 from jssync.stream import Stream
 
@@ -140,6 +140,7 @@ __all__ = [
     "split_range",
     "iter_range",
     "iter_range_records",
+    "iter_range_batches",
     "read_range",
     "streaming_write_id",
     "HAS_ADMISSION_CONTROL",
@@ -628,7 +629,7 @@ def _loss_message(stream: str, start: int, first: int) -> str:
     )
 
 
-def _stamp_array(stamps: list[int | str | datetime], type_: Any) -> Any:
+def _stamp_array(stamps: Sequence[int | str | datetime], type_: Any) -> Any:
     """The Arrow timestamp column (``type_``, microseconds in UTC, truncated) of a batch's times
     (:data:`Record`). RFC 3339 texts, the common case, are parsed by Arrow in one call; the rest
     (nanoseconds, datetimes, a mix, or times outside Arrow's nanosecond range or before 1970,
@@ -636,6 +637,13 @@ def _stamp_array(stamps: list[int | str | datetime], type_: Any) -> Any:
     import pyarrow as pa  # type: ignore[import-untyped]
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
+    if stamps and all(s.__class__ is int for s in stamps):
+        try:
+            ns = pa.array(stamps, type=pa.int64())  # (u64 stamps past int64's range go one by one)
+        except (pa.ArrowInvalid, OverflowError):
+            ns = None
+        if ns is not None and pc.min(ns).as_py() >= 0:
+            return pc.divide(ns, 1000).cast(type_)  # (integer division, rounding down as _micros does)
     if stamps and all(s.__class__ is str for s in stamps):
         try:
             exact = pa.array(stamps, type=pa.string()).cast(pa.timestamp("ns", tz="UTC"))
@@ -661,6 +669,35 @@ def _stamp_value(stamp: int | str | datetime) -> datetime:
     return stamp
 
 
+def _headers_array(items: Sequence[Headers | str | None], type_: Any) -> Any:
+    """The Arrow map column (``type_``) of a batch's headers (:data:`Record`), built from the
+    columns :func:`jscore.headers.header_columns` gives: no dict per message."""
+    import pyarrow as pa
+
+    counts, keys, value_counts, values = header_columns(items)
+    offsets: list[int | None] = []
+    at = 0
+    for c in counts:
+        if c is None:
+            offsets.append(None)  # (a null offset: no headers, a null map)
+        else:
+            offsets.append(at)
+            at += c
+    offsets.append(at)
+    if value_counts is None:
+        value_offsets: Any = range(len(values) + 1)
+    else:
+        value_offsets = [0]
+        total = 0
+        for c in value_counts:
+            total += c
+            value_offsets.append(total)
+    lists = pa.ListArray.from_arrays(
+        pa.array(value_offsets, type=pa.int32()), pa.array(values, type=pa.string()), type=type_.item_type
+    )
+    return pa.MapArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(keys, type=pa.string()), lists, type=type_)
+
+
 def _headers_dict(headers: Headers | str | None) -> dict[str, list[str]] | None:
     if isinstance(headers, str):
         return header_lines_dict(headers)
@@ -675,6 +712,15 @@ def iter_range(
     """Every stored message (of ``subjects``, if any) with a sequence in ``[start, end]``, in
     order, read with an ordered consumer that is deleted at the end (also when the caller stops
     early). Stops by sequence; a short no-wait pull or ``num_pending == 0`` ends it early."""
+    for msgs in _iter_ordered(js, stream, subjects, start, end, fetch_batch, records=False):
+        yield from msgs
+
+
+def _iter_ordered(
+    js: JetStream, stream: str, subjects: Sequence[str], start: int, end: int, fetch_batch: int, *, records: bool
+) -> Generator[Any, None, None]:
+    """:func:`iter_range` a fetch at a time: lists of messages or (``records``) of
+    :data:`Record` tuples, taken from the ordered consumer's runs without a :class:`JsMsg` each."""
     oc = js.ordered_consumer(
         stream,
         filter_subjects=list(subjects) or None,
@@ -687,12 +733,17 @@ def iter_range(
         while cursor < end:
             want = max(1, min(fetch_batch, end - cursor))
             resets = oc.state.resets
+            items: list[Any]
             try:
-                msgs = oc.fetch(want, no_wait=True, expires=None)
+                if records:
+                    items, pending = oc._fetch_records(want, no_wait=True, expires=None)
+                else:
+                    items = oc.fetch(want, no_wait=True, expires=None)
+                    pending = items[-1].metadata.num_pending if items else None
             except NoMessagesError:
-                msgs = []
+                items, pending = [], None
                 resets = -1  # (waiting to recreate its server consumer: try again)
-            if not msgs:
+            if not items:
                 if oc.state.resets == resets:
                     return  # nothing more in the stream for this filter
                 empties += 1
@@ -703,16 +754,20 @@ def iter_range(
                     )
                 continue
             empties = 0
-            for msg in msgs:
-                seq = msg.metadata.sequence.stream
-                if seq > end:
-                    return
-                yield msg
-                cursor = seq
-            if msgs[-1].metadata.num_pending == 0:
+            last: int = _seq_of(items[-1], records)
+            if last > end:  # (in order: keep those up to the end)
+                yield [item for item in items if _seq_of(item, records) <= end]
+                return
+            yield items
+            cursor = last
+            if pending == 0:
                 return
     finally:
         _close_ordered(js, oc)
+
+
+def _seq_of(item: Any, record: bool) -> int:
+    return item[3] if record else item.metadata.sequence.stream  # type: ignore[no-any-return]
 
 
 def read_range(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterator[tuple[Any, ...]]:
@@ -767,36 +822,30 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
     schema = _arrow_schema()
     types = [f.type for f in schema]
     stream = ropts.stream
-    subjects: list[str] = []
-    datas: list[bytes] = []
-    headers: list[dict[str, list[str]] | None] = []
-    seqs: list[int] = []
-    stamps: list[int | str | datetime] = []
 
-    def batch() -> Any:
-        n = len(seqs)
+    def batch(records: list[Record]) -> Any:
+        subjects, datas, headers, seqs, stamps = zip(*records)  # (the columns, in C)
         arrays = [
             pa.array(subjects, type=types[0]),
             pa.array(datas, type=types[1]),
-            pa.array(headers, type=types[2]),
-            pa.array([stream] * n, type=types[3]),
+            _headers_array(headers, types[2]),
+            pa.array([stream] * len(seqs), type=types[3]),
             pa.array(seqs, type=types[4]),
             _stamp_array(stamps, types[5]),
         ]
-        for col in (subjects, datas, headers, seqs, stamps):
-            col.clear()
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    for subject, data, hdrs, seq, time in _range_records(config, ropts, part):
-        subjects.append(subject)
-        datas.append(data)
-        headers.append(_headers_dict(hdrs) if hdrs else None)
-        seqs.append(seq)
-        stamps.append(time)
-        if len(seqs) >= rows:
-            yield batch()
-    if seqs:
-        yield batch()
+    held: list[Record] = []
+    for records in _range_batches(config, ropts, part):
+        if held:
+            held.extend(records)
+        else:
+            held = records
+        while len(held) >= rows:
+            yield batch(held[:rows])
+            held = held[rows:]
+    if held:
+        yield batch(held)
 
 
 def _spark_type(t: Any) -> Any:
@@ -963,7 +1012,22 @@ def iter_range_records(
     batch: int | None = None,
     direct: bool = False,
 ) -> Generator[Record, None, None]:
-    """:func:`iter_range` as :data:`Record` tuples. With ``direct`` (the ``directGet`` option),
+    """:func:`iter_range_batches` one :data:`Record` at a time."""
+    for records in iter_range_batches(js, stream, subjects, start, end, batch, direct):
+        yield from records
+
+
+def iter_range_batches(
+    js: JetStream,
+    stream: str,
+    subjects: Sequence[str],
+    start: int,
+    end: int,
+    batch: int | None = None,
+    direct: bool = False,
+) -> Generator[list[Record], None, None]:
+    """:func:`iter_range` as lists of :data:`Record` tuples, one per fetch or direct get
+    request (no Python step per message between the client and the column builder). With ``direct`` (the ``directGet`` option),
     read with batched direct gets (:class:`jscore.directget.DirectRange`) when the stream has
     ``allow_direct`` and the filter is at most one subject: no consumer on the server, one
     request per ``batch`` messages (:data:`DIRECT_BATCH`), about a third less client CPU per
@@ -979,34 +1043,39 @@ def iter_range_records(
         take = plan.take
         while (ask := plan.request()) is not None:
             seq, count = ask
+            rows: list[Record] = []
             try:
                 with handle._direct_rows(
                     seq, next_by_subject=subject, batch=count, max_bytes=DIRECT_MAX_BYTES, timeout=js.timeout
                 ) as it:
-                    taken = 0
                     for subj, seq, data, headers, stamp, from_stream in it:
                         if not take(from_stream, seq):
                             break
-                        taken += 1
-                        yield (subj, data, headers, seq, stamp)
+                        rows.append((subj, data, headers, seq, stamp))
                     else:
-                        plan.batch_ended(taken, it.num_pending)
+                        plan.batch_ended(len(rows), it.num_pending)
             except NatsError as exc:
                 _log.warning(
                     "jetstream[%s]: a direct get failed (%s: %s); sequences %d..%d are read with an ordered consumer",
                     stream, type(exc).__name__, exc, plan.cursor + 1, end,
                 )  # fmt: skip
                 plan.failed()
+            if rows:  # (those taken before a failure too: the plan's cursor is past them)
+                yield rows
         if not plan.fallback:
             return
         cursor = plan.cursor + 1
-    for msg in iter_range(js, stream, subjects, cursor, end, batch or DEFAULT_FETCH_BATCH):
-        meta = msg.metadata
-        yield (msg.subject, msg.data, msg.headers, meta.sequence.stream, meta.timestamp_ns)
+    yield from _iter_ordered(js, stream, subjects, cursor, end, batch or DEFAULT_FETCH_BATCH, records=True)
 
 
 def _range_records(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterator[Record]:
-    """The messages of one partition (see :func:`iter_range_records`), with the data-loss
+    """:func:`_range_batches` one :data:`Record` at a time."""
+    for records in _range_batches(config, ropts, part):
+        yield from records
+
+
+def _range_batches(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterator[list[Record]]:
+    """The messages of one partition (see :func:`iter_range_batches`), with the data-loss
     checks and the cached client dropped when the connection broke."""
     stream = ropts.stream
     check = part.check_loss and ropts.fail_on_data_loss
@@ -1017,15 +1086,15 @@ def _range_records(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> It
             first_seen: int | None = None
             own: tuple[str, ...] | None = getattr(part, "subjects", None)
             subjects = own if own is not None else ropts.subjects
-            records = iter_range_records(
+            batches = iter_range_batches(
                 js, stream, subjects, part.start, part.end, ropts.fetch_batch, ropts.direct_get
             )
-            for record in records:
-                if first_seen is None:
-                    first_seen = record[3]
+            for records in batches:
+                if first_seen is None and records:
+                    first_seen = records[0][3]
                     if check and first_seen > part.start:
                         _check_loss(js, stream, part.start)
-                yield record
+                yield records
             if first_seen is None and check:
                 _check_loss(js, stream, part.start)
             failed = False

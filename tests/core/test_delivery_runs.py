@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from jscore import pull as P
-from jscore.ordered import OrderedMachine
+from jscore.ordered import OrderedConsumerState, OrderedMachine
 from jscore.protocol import MsgReceived, MsgsReceived
 from tests.core.test_pull_helpers import heartbeat, status, user
 from tests.core.test_session_settle import connected, frames
@@ -197,13 +197,15 @@ def test_an_ended_consume_leaves_no_armed_inbox_and_no_route() -> None:
     assert not s.conn._lane.runs and sid not in s._run_routes and sid not in s._routes
 
 
-def test_a_fetch_inbox_is_armed_and_an_ordered_consumers_is_not() -> None:
+def test_a_fetch_inbox_is_armed_and_so_is_an_ordered_consumers() -> None:
     s = connected()
     f = P.FetchMachine(P.resolve_fetch_options(max_messages=5, expires=5.0), 0.0)
     slot = s.attach(f, lambda e: None, 0.0, target="$JS.API.CONSUMER.MSG.NEXT.S.c")
     assert s.conn._lane.runs == {s._slots[slot].sid}
-    # The ordered consumer checks every message's sequence itself: it reads them one by one.
-    assert not hasattr(OrderedMachine, "receive_msgs")
+    # The ordered consumer's wildcard inbox reads runs too (tests/core/test_ordered_runs.py).
+    o = OrderedMachine(OrderedConsumerState("S", name_prefix="P"), P.resolve_fetch_options(max_messages=5), 0.0)
+    other = s.attach(o, lambda e: None, 0.0, wildcard=True)
+    assert s.conn._lane.runs == {s._slots[slot].sid, s._slots[other].sid}
 
 
 def test_a_subscription_with_a_message_limit_is_not_armed() -> None:

@@ -16,6 +16,7 @@ from jscore.headers import (
     Headers,
     HeadersInput,
     encode_headers,
+    header_columns,
     header_lines_dict,
     headers_of_lines,
     parse_header_block,
@@ -584,3 +585,78 @@ def test_an_error_inside_a_header_iterable_is_not_renamed() -> None:
 
     with pytest.raises(TypeError, match="caller's generator"):
         encode_headers(pairs())
+
+
+# --------------------------------------------------------------------------- a batch's columns
+
+_col_keys = st.sampled_from(["Nats-Msg-Id", "nats-msg-id", "X", "a.b", "K"])
+_col_values = st.text(alphabet=st.sampled_from(list("ab é:\t-1")), max_size=6).map(str.strip)
+_col_seps = st.sampled_from([": ", ": ", ":", ":  ", ":\t"])
+_col_pairs = st.lists(st.tuples(_col_keys, _col_seps, _col_values), max_size=4)
+
+
+def _col_item(kind: str, triples: list[tuple[str, str, str]]) -> Headers | str | None:
+    if kind == "none":
+        return None
+    lines = "".join(f"{k}{sep}{v}\r\n" for k, sep, v in triples)
+    if kind == "lines":  # a direct get's checked own lines
+        return lines
+    if kind == "pairs":  # built by hand: no block
+        return Headers([(k, v) for k, _, v in triples])
+    h, _, _ = parse_header_block(("NATS/1.0\r\n" + lines + "\r\n").encode())
+    if kind == "split":  # read once already: its block is split into pairs
+        h.items()
+    return h
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["none", "lines", "pairs", "block", "block", "split"]), _col_pairs), max_size=8))
+def test_header_columns_are_headers_dict_item_by_item(spec: list[tuple[str, list[tuple[str, str, str]]]]) -> None:
+    items = [_col_item(kind, pairs) for kind, pairs in spec]
+    want = [header_lines_dict(h) if isinstance(h, str) else (headers_dict(h) if h is not None else None) for h in items]
+    counts, keys, value_counts, values = header_columns(items)
+    assert len(counts) == len(items)
+    got: list[dict[str, list[str]] | None] = []
+    k = v = 0
+    for c in counts:
+        if c is None:
+            got.append(None)
+            continue
+        row: dict[str, list[str]] = {}
+        for _ in range(c):
+            n = 1 if value_counts is None else value_counts[k]
+            row[keys[k]] = values[v : v + n]
+            k += 1
+            v += n
+        got.append(row)
+    assert k == len(keys) and v == len(values)
+    assert [None if d is None else list(d.items()) for d in got] == [None if d is None else list(d.items()) for d in want]
+
+
+def test_header_columns_of_one_line_each_take_the_batch_path() -> None:
+    items = [parse_header_block(b"NATS/1.0\r\nNats-Msg-Id: a-%d\r\n\r\n" % i)[0] for i in range(3)]
+    counts, keys, value_counts, values = header_columns([items[0], None, "K: v\r\n", *items[1:], ""])
+    assert counts == [1, None, 1, 1, 1, None] and value_counts is None
+    assert keys == ["Nats-Msg-Id", "K", "Nats-Msg-Id", "Nats-Msg-Id"] and values == ["a-0", "v", "a-1", "a-2"]
+    # one item with two lines: every item the general way, one count per key
+    two = parse_header_block(b"NATS/1.0\r\nA: 1\r\nA: 2\r\n\r\n")[0]
+    counts, keys, value_counts, values = header_columns([items[0], two])
+    assert counts == [1, 1] and keys == ["Nats-Msg-Id", "A"] and value_counts == [1, 2] and values == ["a-0", "1", "2"]
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [["K: a", "K:  b"], ["K: a", "K: \tb"], ["K: a", "K:"], ["K:a", "K: b"], ["K: a", "k: b"], ["K: a b", "K: c:d"]],
+)
+def test_header_columns_of_one_key_with_odd_spacing(lines: list[str]) -> None:
+    """One key in every item, written with other spacing than ``Key: value``: the values are
+    what the parser reads (white space after the colon is not part of them)."""
+    for form in ("block", "lines"):
+        items: list[Headers | str | None] = [
+            parse_header_block(b"NATS/1.0\r\n" + line.encode() + b"\r\n\r\n")[0] if form == "block" else line + "\r\n"
+            for line in lines
+        ]
+        want = [header_lines_dict(line + "\r\n") for line in lines]
+        counts, keys, value_counts, values = header_columns(items)
+        assert counts == [1] * len(lines) and value_counts is None
+        assert [{k: [v]} for k, v in zip(keys, values)] == want

@@ -312,14 +312,15 @@ def test_direct_read_of_a_range_and_when_it_asks_the_leader(
     for i in range(60):
         js.publish(f"{subj}.{'a' if i % 2 else 'b'}", f"m{i}".encode(), headers={"Nats-Msg-Id": f"id{i}"} if i % 5 else None)
     ordered: list[tuple[int, int]] = []
-    real = dsmod.iter_range
+    real = dsmod._iter_ordered
 
-    def spy(js_: Any, stream: str, subjects: Any, start: int, end: int, batch: int = 1000) -> Any:
-        ordered.append((start, end))
-        return real(js_, stream, subjects, start, end, batch)
+    def spy(js_: Any, stream: str, subjects: Any, start: int, end: int, batch: int, *, records: bool) -> Any:
+        if records:  # (the reader's; the test's own helpers read messages with iter_range)
+            ordered.append((start, end))
+        return real(js_, stream, subjects, start, end, batch, records=records)
 
-    monkeypatch.setattr(dsmod, "iter_range", spy)
-    want = [(m[0], m[1], m[2]) for m in _stored(js, names.stream)]
+    want = [(m[0], m[1], m[2]) for m in _stored(js, names.stream)]  # (read with iter_range, before the spy)
+    monkeypatch.setattr(dsmod, "_iter_ordered", spy)
     assert _records(js, names.stream, 1, 60, batch=7) == want
     assert _records(js, names.stream, 11, 30) == want[10:30]
     assert ordered == [], "read with direct gets alone"
@@ -363,6 +364,34 @@ def test_time_column_from_texts_nanoseconds_or_both() -> None:
     odd = ["1969-12-31T23:59:59.9999995Z", "2300-01-01T00:00:00.5Z", "1600-01-01T00:00:00.1Z"]
     got = dsmod._stamp_array(odd, us).cast(pa.int64()).to_pylist()
     assert got == [unix_ns(parse_server_stamp(t)) // 1000 for t in odd] and got[0] == -1
+
+
+def test_time_column_from_nanoseconds_in_one_call_or_one_by_one() -> None:
+    """Nanosecond stamps (an ordered consumer's) become microseconds rounded down, in one call
+    when they fit int64, one by one past it (an ack subject's stamp is a u64)."""
+    import pyarrow as pa
+
+    us = pa.timestamp("us", tz="UTC")
+    for stamps in ([0, 999, 1000, 1_764_000_000_123_456_789], [2**63 + 5_000, 1_999]):
+        assert dsmod._stamp_array(stamps, us).cast(pa.int64()).to_pylist() == [n // 1000 for n in stamps]
+
+
+def test_headers_column_is_each_messages_headers_by_key() -> None:
+    """The read's headers column, built from the batch's columns (no dict per message): the
+    same map as the dict of each message's headers, null where there are none."""
+    import pyarrow as pa
+
+    from jscore.headers import Headers, parse_header_block
+
+    type_ = dsmod._arrow_schema().field("headers").type
+    one = [parse_header_block(b"NATS/1.0\r\nNats-Msg-Id: r-%d\r\n\r\n" % i)[0] for i in range(3)]
+    many = parse_header_block(b"NATS/1.0\r\nA: 1\r\nB: x\r\nA: 2\r\n\r\n")[0]
+    for items in (one, [one[0], None, "K: v\r\n", "", one[1]], [None, many, one[2], Headers([("C", "z")])], [None, None], []):
+        got = dsmod._headers_array(list(items), type_)
+        assert got.type == type_
+        want = [None if (d := dsmod._headers_dict(h) if h else None) is None else list(d.items()) for h in items]
+        assert got.to_pylist() == want, items
+    assert pa.array([{"A": ["1", "2"]}], type=type_).to_pylist() == [[("A", ["1", "2"])]]  # (the form compared)
 
 
 def test_direct_read_that_fails_goes_on_with_the_leader(js: Any, names: Any, monkeypatch: pytest.MonkeyPatch) -> None:
