@@ -215,6 +215,9 @@ def warm_worker(rows: Any) -> None:
 
 
 def spark_session(driver_memory: str) -> Any:
+    # The Python workers start in the driver's working directory, which comes first on their
+    # sys.path: from another checkout (or an editable install's) they would import its jssync.
+    os.chdir(ROOT)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -479,6 +482,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = p.parse_args(argv)
     args.writers = [w.strip() for w in args.writers.split(",") if w.strip()]
+    if args.json:
+        args.json = str(Path(args.json).resolve())  # (the run changes to the checkout's directory)
     bad = [w for w in args.writers if w not in WRITERS]
     if bad:
         p.error(f"unknown writer(s) {bad}; choose from {', '.join(WRITERS)}")

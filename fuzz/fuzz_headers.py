@@ -10,7 +10,9 @@ parsing it gives the same headers (the status line is not part of ``Headers`` an
 re-encoded). A block the parser recognised as a direct get reply in the server's layout
 (``Headers._direct_layout``) holds the message's own headers (none of them named like one of the
 server's) and then exactly the server's headers, each once and in order; the own lines and the
-values kept for the direct get's reader are the ones the pairs hold.
+values kept for the direct get's reader are the ones the pairs hold. A bulk reader's columns of
+it (:func:`jscore.headers.header_columns`, alone, twice and beside no headers) give back exactly
+:func:`jscore.headers.headers_dict` of it for each item.
 
 The same bytes are also framed as an ``HMSG`` and run through the wire invariant of
 :mod:`fuzz.fuzz_wire`, so header parsing is exercised under every split too.
@@ -32,7 +34,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from fuzz.fuzz_wire import check_wire
 from fuzz._runner import run
 from jscore.errors import BadHeaderError, RemoteProtocolError
-from jscore.headers import Headers, encode_headers, headers_of_lines, parse_header_block
+from jscore.headers import Headers, encode_headers, header_columns, headers_dict, headers_of_lines, parse_header_block
 
 __all__ = ["check_headers", "hmsg_frame", "one_input"]
 
@@ -52,6 +54,7 @@ def check_headers(block: bytes) -> tuple[Headers, int | None, str | None] | None
     except RemoteProtocolError:
         return None
     assert isinstance(headers, Headers)
+    _check_columns(block)
     layout = headers._direct_layout()  # (before anything splits the block)
     if layout is not None:
         own_lines, fields = layout[0], layout[1:]
@@ -83,6 +86,29 @@ def check_headers(block: bytes) -> tuple[Headers, int | None, str | None] | None
     assert again.items() == headers.items()
     assert status2 is None and description2 is None
     return headers, status, description
+
+
+def _check_columns(block: bytes) -> None:
+    """header_columns of the block's headers (each item parsed afresh: the columns read the block
+    as the parser left it) against headers_dict of each."""
+    items: list[Headers | None] = [parse_header_block(block)[0], None, parse_header_block(block)[0]]
+    want = [None if h is None else headers_dict(parse_header_block(block)[0]) for h in items]
+    for batch in (items[:1], items):
+        counts, keys, value_counts, values = header_columns(batch)
+        got: list[list[tuple[str, list[str]]] | None] = []
+        k = v = 0
+        for c in counts:
+            if c is None:
+                got.append(None)
+                continue
+            row = []
+            for _ in range(c):
+                n = 1 if value_counts is None else value_counts[k]
+                row.append((keys[k], values[v : v + n]))
+                k, v = k + 1, v + n
+            got.append(row)
+        assert (k, v) == (len(keys), len(values)), (k, v, keys, values)
+        assert got == [None if d is None else list(d.items()) for d in want[: len(batch)]], (got, want)
 
 
 def one_input(data: bytes) -> None:
