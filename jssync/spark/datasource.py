@@ -1000,21 +1000,12 @@ Record = tuple[str, bytes, "Headers | str | None", int, "int | str | datetime"]
 From a direct get the headers are usually the text of the header lines and the time RFC 3339
 text (:data:`jscore.jsapi.StoredRow`); from an ordered consumer the time is in nanoseconds since
 the epoch (from the ack subject). The columns are built from them without a Python object per
-message (:func:`_headers_dict`, :func:`_stamp_array`)."""
+message (:func:`_headers_array`, :func:`_stamp_array`)."""
 
 
-def iter_range_records(
-    js: JetStream,
-    stream: str,
-    subjects: Sequence[str],
-    start: int,
-    end: int,
-    batch: int | None = None,
-    direct: bool = False,
-) -> Generator[Record, None, None]:
-    """:func:`iter_range_batches` one :data:`Record` at a time."""
-    for records in iter_range_batches(js, stream, subjects, start, end, batch, direct):
-        yield from records
+def iter_range_records(*args: Any, **kwargs: Any) -> Iterator[Record]:
+    """:func:`iter_range_batches` (the same arguments) one :data:`Record` at a time."""
+    return itertools.chain.from_iterable(iter_range_batches(*args, **kwargs))
 
 
 def iter_range_batches(
