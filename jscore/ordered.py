@@ -977,50 +977,57 @@ class OrderedMachine:
 
     def receive_msgs(self, run: MsgsReceived, now: float) -> None:
         """A run of messages in a row on the wildcard inbox (none a status): the same as each
-        fed to :meth:`receive_msg` in turn. The deliveries of the active consumer that lead the
-        run, with v1 ack subjects (:func:`~jscore.jsmsg.ack_cursor`), reach the inner machine as
-        one run and come out, up to a gap, as one :class:`OrderedMessagesDelivered`; the
-        messages after them, and those the inner machine did not take (its fetch completed),
-        go one by one."""
+        fed to :meth:`receive_msg` in turn. Deliveries of the active consumer in a row, with v1
+        ack subjects (:func:`~jscore.jsmsg.ack_cursor`), reach the inner machine as one run and
+        come out, up to a gap, as one :class:`OrderedMessagesDelivered`. Anything else (a create
+        reply, the dropped consumer's messages after a gap, a v2 or malformed ack subject, what
+        a completed fetch did not take) goes one by one, and the deliveries after it as a run
+        again."""
         if self._broken is not None:
             self._check()
         msgs = run.msgs
-        inner = self._inner
-        taken: list[MsgReceived] = []
-        if inner is not None and not self._finished:
-            name = self.state.name
-            seqs: list[int] = []
-            cseqs: list[int] = []
-            stamps: list[int] = []
-            size = 0
-            for msg in msgs:
-                reply = msg.reply
-                cursor = ack_cursor(reply) if reply is not None else None
-                if cursor is None or cursor[0] != name:
-                    break
-                taken.append(msg)
-                seqs.append(cursor[1])
-                cseqs.append(cursor[2])
-                stamps.append(cursor[3])
-                size += msg.size
-        if not taken:
-            for msg in msgs:
-                self.receive_msg(msg, now)
-            return
-        try:
+        n = len(msgs)
+        i = 0
+        while i < n:
+            inner = self._inner
+            taken: list[MsgReceived] = []
+            if inner is not None and not self._finished:
+                name = self.state.name
+                seqs: list[int] = []
+                cseqs: list[int] = []
+                stamps: list[int] = []
+                size = 0
+                for msg in msgs[i:] if i else msgs:
+                    reply = msg.reply
+                    cursor = ack_cursor(reply) if reply is not None else None
+                    if cursor is None or cursor[0] != name:
+                        break
+                    taken.append(msg)
+                    seqs.append(cursor[1])
+                    cseqs.append(cursor[2])
+                    stamps.append(cursor[3])
+                    size += msg.size
+            if not taken:
+                self.receive_msg(msgs[i], now)
+                i += 1
+                continue
             assert inner is not None
-            self._run = (taken, seqs, cseqs, stamps)
-            self._run_settled = 0
-            inner.receive_msgs(run if len(taken) == len(msgs) else MsgsReceived(run.sid, taken, size), now)
-            self._pump_inner(now)
-            settled = self._run_settled
-        except BaseException as exc:
-            self._broken = exc
-            raise
-        finally:
-            self._run = None
-        for msg in msgs[settled:] if settled < len(msgs) else ():
-            self.receive_msg(msg, now)
+            try:
+                self._run = (taken, seqs, cseqs, stamps)
+                self._run_settled = 0
+                inner.receive_msgs(run if len(taken) == n else MsgsReceived(run.sid, taken, size), now)
+                self._pump_inner(now)
+                settled = self._run_settled
+            except BaseException as exc:
+                self._broken = exc
+                raise
+            finally:
+                self._run = None
+            if settled == 0:  # (the inner machine took none: cannot happen to a current one)
+                for msg in taken:
+                    self.receive_msg(msg, now)
+                settled = len(taken)
+            i += settled
 
     def _on_deliveries(self, delivered: list[MsgReceived], now: float) -> None:
         """The inner machine's run of deliveries: a prefix of the run being fed (it takes them in

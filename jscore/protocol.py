@@ -140,7 +140,7 @@ class AcksReceived(msgspec.Struct, frozen=True, gc=False):
 
 class MsgsReceived(msgspec.Struct, gc=False):
     """A run of messages in a row on one subscription armed for delivery runs
-    (:meth:`AckLane.arm_runs`: a fetch's or a consume's inbox), each exactly the
+    (:meth:`AckLane.arm_runs`: a fetch's, a consume's or an ordered consumer's inbox), each exactly the
     :class:`MsgReceived` the frame gives, in order. Status messages are never in a run (they
     come alone, as :class:`MsgReceived`). ``size`` is the sum of the messages' sizes."""
 

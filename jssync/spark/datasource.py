@@ -631,9 +631,10 @@ def _loss_message(stream: str, start: int, first: int) -> str:
 
 def _stamp_array(stamps: Sequence[int | str | datetime], type_: Any) -> Any:
     """The Arrow timestamp column (``type_``, microseconds in UTC, truncated) of a batch's times
-    (:data:`Record`). RFC 3339 texts, the common case, are parsed by Arrow in one call; the rest
-    (nanoseconds, datetimes, a mix, or times outside Arrow's nanosecond range or before 1970,
-    where its cast would round up) become microseconds one by one."""
+    (:data:`Record`). Nanoseconds (an ordered consumer's) are divided in one call, as are RFC
+    3339 texts (direct gets) parsed; the rest (datetimes, a mix, nanoseconds past int64, texts
+    outside Arrow's nanosecond range or before 1970, where its cast would round up) become
+    microseconds one by one."""
     import pyarrow as pa  # type: ignore[import-untyped]
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
@@ -671,7 +672,8 @@ def _stamp_value(stamp: int | str | datetime) -> datetime:
 
 def _headers_array(items: Sequence[Headers | str | None], type_: Any) -> Any:
     """The Arrow map column (``type_``) of a batch's headers (:data:`Record`), built from the
-    columns :func:`jscore.headers.header_columns` gives: no dict per message."""
+    columns :func:`jscore.headers.header_columns` gives (lists of keys and values and their
+    offsets, not a dict per message for Arrow to convert)."""
     import pyarrow as pa
 
     counts, keys, value_counts, values = header_columns(items)
@@ -712,8 +714,12 @@ def iter_range(
     """Every stored message (of ``subjects``, if any) with a sequence in ``[start, end]``, in
     order, read with an ordered consumer that is deleted at the end (also when the caller stops
     early). Stops by sequence; a short no-wait pull or ``num_pending == 0`` ends it early."""
-    for msgs in _iter_ordered(js, stream, subjects, start, end, fetch_batch, records=False):
-        yield from msgs
+    batches = _iter_ordered(js, stream, subjects, start, end, fetch_batch, records=False)
+    try:
+        for msgs in batches:
+            yield from msgs
+    finally:
+        batches.close()  # (at once, also when the caller stops early: deletes the consumer)
 
 
 def _iter_ordered(
@@ -818,7 +824,7 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
     they are, instead of converting a Python tuple per row (what the readers return)."""
     import pyarrow as pa
 
-    rows = ARROW_BATCH_ROWS if rows is None else rows
+    rows = ARROW_BATCH_ROWS if rows is None else max(1, rows)
     schema = _arrow_schema()
     types = [f.type for f in schema]
     stream = ropts.stream
@@ -836,14 +842,18 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     held: list[Record] = []
-    for records in _range_batches(config, ropts, part):
-        if held:
-            held.extend(records)
-        else:
-            held = records
-        while len(held) >= rows:
-            yield batch(held[:rows])
-            held = held[rows:]
+    batches = _range_batches(config, ropts, part)
+    try:
+        for records in batches:
+            if held:
+                held.extend(records)
+            else:
+                held = records
+            while len(held) >= rows:
+                yield batch(held[:rows])
+                held = held[rows:]
+    finally:
+        batches.close()
     if held:
         yield batch(held)
 
@@ -1003,9 +1013,14 @@ the epoch (from the ack subject). The columns are built from them without a Pyth
 message (:func:`_headers_array`, :func:`_stamp_array`)."""
 
 
-def iter_range_records(*args: Any, **kwargs: Any) -> Iterator[Record]:
+def iter_range_records(*args: Any, **kwargs: Any) -> Generator[Record, None, None]:
     """:func:`iter_range_batches` (the same arguments) one :data:`Record` at a time."""
-    return itertools.chain.from_iterable(iter_range_batches(*args, **kwargs))
+    batches = iter_range_batches(*args, **kwargs)
+    try:
+        for records in batches:
+            yield from records
+    finally:
+        batches.close()
 
 
 def iter_range_batches(
@@ -1061,11 +1076,15 @@ def iter_range_batches(
 
 def _range_records(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterator[Record]:
     """:func:`_range_batches` one :data:`Record` at a time."""
-    for records in _range_batches(config, ropts, part):
-        yield from records
+    batches = _range_batches(config, ropts, part)
+    try:
+        for records in batches:
+            yield from records
+    finally:
+        batches.close()
 
 
-def _range_batches(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterator[list[Record]]:
+def _range_batches(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Generator[list[Record], None, None]:
     """The messages of one partition (see :func:`iter_range_batches`), with the data-loss
     checks and the cached client dropped when the connection broke."""
     stream = ropts.stream

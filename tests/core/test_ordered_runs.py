@@ -17,7 +17,7 @@ from jscore.jsmsg import ack_cursor, parse_ack_subject
 from jscore.ordered import OrderedMessageDelivered, OrderedMessagesDelivered, OrderedState
 from jscore.protocol import MsgReceived, MsgsReceived
 from jscore.pull import MessagesTaken
-from jscore.machine import Stop
+from jscore.machine import ConnectionLost, ConnectionRestored, Stop
 from tests.core.test_ordered_machine import INBOX, H, consume_opts, fetch_opts, info
 
 _STAMP = 1700000000000000000
@@ -48,7 +48,10 @@ def snapshot(h: H) -> tuple[Any, ...]:
     )
 
 
-_kinds = st.sampled_from(["next", "next", "next", "skip", "gap", "dup", "old", "v2", "bad", "big", "create", "plain"])
+_kinds = st.sampled_from(
+    ["next", "next", "next", "skip", "gap", "dup", "old", "v2", "bad", "big", "create", "create_cur", "newcons",
+     "newcons", "plain", "on_pull"]
+)  # fmt: skip
 _run = st.lists(st.tuples(_kinds, st.integers(min_value=1, max_value=300)), min_size=1, max_size=10)
 _step = st.one_of(
     st.tuples(st.just("run"), _run),
@@ -57,6 +60,8 @@ _step = st.one_of(
     st.tuples(st.just("take"), st.integers(min_value=1, max_value=6)),
     st.tuples(st.just("time"), st.floats(min_value=0.0, max_value=3.0)),
     st.tuples(st.just("stop"), st.none()),
+    st.tuples(st.just("lost"), st.none()),
+    st.tuples(st.just("restored"), st.none()),
 )
 
 
@@ -65,6 +70,10 @@ def _messages(h: H, specs: list[tuple[str, int]]) -> list[MsgReceived]:
     s = h.st
     name, sseq, cseq = s.name, s.stream_seq, s.consumer_seq
     old = f"{name.rsplit('_', 1)[0]}_{max(1, s.serial - 1)}" if s.serial > 1 else "Q_9"
+    following = f"{name.rsplit('_', 1)[0]}_{s.serial + 1}"  # the next consumer's, after a reset
+    new_cseq = 0
+    create = h.creates()[-1] if h.creates() else None
+    pull_token = (h.pulls()[-1].reply_token or "") if h.pulls() else "p9"
     out = []
     for kind, size in specs:
         consumer = old if kind == "old" else name
@@ -76,11 +85,23 @@ def _messages(h: H, specs: list[tuple[str, int]]) -> list[MsgReceived]:
             sseq, cseq = sseq + 2, cseq + 2
         elif kind == "dup":
             pass
-        if kind == "create":  # a create reply (no ack subject) in the middle of a run
+        if kind == "create":  # the first create's reply (stale after it) in the middle of a run
             out.append(MsgReceived(INBOX + "c1", 1, None, info(name), None, size=size))
+            continue
+        if kind == "create_cur" and create is not None:  # the latest create's reply: a new consumer
+            created = json.loads(create.body)["config"]["name"]
+            out.append(MsgReceived(INBOX + (create.reply_token or ""), 1, None, info(created, sseq), None, size=size))
+            continue
+        if kind == "newcons":  # the next consumer's deliveries, from 1 (after its create reply)
+            sseq, new_cseq = sseq + 1, new_cseq + 1
+            reply = f"$JS.ACK.S.{following}.1.{sseq}.{new_cseq}.{_STAMP}.3"
+            out.append(MsgReceived("s.x", 1, reply, b"n", None, size=size))
             continue
         if kind == "plain":  # a message with neither ack subject nor known token
             out.append(MsgReceived(INBOX + "zz", 1, "_INBOX.other", b"?", None, size=size))
+            continue
+        if kind == "on_pull":  # a message on the pull's token, no ack subject and no status
+            out.append(MsgReceived(INBOX + pull_token, 1, "_INBOX.r", b"x", None, size=size))
             continue
         if kind == "v2":
             reply = f"$JS.ACK._.HASH.S.{consumer}.1.{sseq}.{cseq}.{_STAMP}.0.tok"
@@ -118,25 +139,43 @@ def _apply(h: H, step: tuple[str, Any], msgs: list[MsgReceived] | None, as_run: 
     elif kind == "stop":
         if not h.m.finished:
             h.cmd(Stop())
+    elif kind == "lost":
+        if not h.m.finished:
+            h.cmd(ConnectionLost(error=None))
+    elif kind == "restored":
+        if not h.m.finished:
+            h.cmd(ConnectionRestored(url="nats://x"))
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@example(consume=False, batch=3, steps=[("created", None), ("run", [("next", 10)] * 5)])
-@example(consume=False, batch=5, steps=[("created", None), ("run", [("next", 10), ("gap", 10), ("next", 10)])])
-@example(consume=True, batch=5, steps=[("created", None), ("run", [("next", 10), ("dup", 10), ("next", 10)]),
+@example(max_bytes=0, consume=False, batch=3, steps=[("created", None), ("run", [("next", 10)] * 5)])
+@example(max_bytes=0, consume=False, batch=5, steps=[("created", None), ("run", [("next", 10), ("gap", 10), ("next", 10)])])
+@example(max_bytes=0, consume=True, batch=5, steps=[("created", None), ("run", [("next", 10), ("dup", 10), ("next", 10)]),
                                        ("created", None), ("run", [("next", 10), ("old", 10)])])
-@example(consume=True, batch=5, steps=[("created", None), ("run", [("create", 10), ("next", 10), ("v2", 10)])])
-@example(consume=False, batch=9, steps=[("created", None), ("run", [("next", 10), ("bad", 10), ("next", 10)])])
-@example(consume=True, batch=9, steps=[("created", None), ("run", [("next", 10), ("big", 10), ("plain", 10)])])
-@example(consume=False, batch=2, steps=[("run", [("next", 10)]), ("created", None), ("run", [("skip", 10)] * 3)])
-@given(consume=st.booleans(), batch=st.integers(min_value=1, max_value=8), steps=st.lists(_step, max_size=12))
-def test_a_run_is_the_same_as_its_messages_one_by_one(consume: bool, batch: int, steps: list[Any]) -> None:
-    opts = consume_opts(max_messages=batch) if consume else fetch_opts(batch, expires=2.0)
+@example(max_bytes=0, consume=True, batch=5, steps=[("created", None), ("run", [("create", 10), ("next", 10), ("v2", 10)])])
+@example(max_bytes=0, consume=False, batch=9, steps=[("created", None), ("run", [("next", 10), ("bad", 10), ("next", 10)])])
+@example(max_bytes=0, consume=True, batch=9, steps=[("created", None), ("run", [("next", 10), ("big", 10), ("plain", 10)])])
+@example(max_bytes=0, consume=False, batch=2, steps=[("run", [("next", 10)]), ("created", None), ("run", [("skip", 10)] * 3)])
+@given(
+    consume=st.booleans(), batch=st.integers(min_value=1, max_value=8), max_bytes=st.sampled_from([0, 0, 150, 400]),
+    steps=st.lists(_step, max_size=14),
+)
+def test_a_run_is_the_same_as_its_messages_one_by_one(consume: bool, batch: int, max_bytes: int, steps: list[Any]) -> None:
+    if consume:
+        opts = consume_opts(max_messages=batch)
+    else:
+        opts = fetch_opts(batch, expires=2.0, max_bytes=max_bytes) if max_bytes else fetch_opts(batch, expires=2.0)
     one, run = H(opts), H(opts)
     for step in steps:
         msgs = _messages(one, step[1]) if step[0] == "run" else None
-        _apply(one, step, msgs, as_run=False)
-        _apply(run, step, msgs, as_run=True)
+        errors = []
+        for h, as_run in ((one, False), (run, True)):
+            try:
+                _apply(h, step, msgs, as_run=as_run)
+                errors.append(None)
+            except Exception as exc:  # noqa: BLE001 (both must raise the same)
+                errors.append(repr(exc))
+        assert errors[0] == errors[1]
         assert flat(run.events) == flat(one.events)
         assert snapshot(run) == snapshot(one)
 
@@ -189,12 +228,18 @@ def test_ack_cursor_reads_what_parse_ack_subject_reads_or_declines() -> None:
         assert ack_cursor(bad) is None
 
 
-def test_create_replies_between_deliveries_go_one_by_one() -> None:
-    h = H(fetch_opts(5, expires=2.0))
-    # a run that starts with the create reply: nothing to take as a run yet
-    c = h.creates()[-1]
-    name = json.loads(c.body)["config"]["name"]
-    created = MsgReceived(INBOX + (c.reply_token or ""), 1, None, info(name), None, size=10)
-    h.m.receive_msgs(MsgsReceived(1, [created], 10), h.now)
+def test_a_create_reply_then_the_new_consumers_deliveries_in_one_run() -> None:
+    h = H(consume_opts(max_messages=100))
+    h.created()
+    first = _messages(h, [("next", 10), ("gap", 10)])  # the gap resets: P_2 is being created
+    h.m.receive_msgs(MsgsReceived(1, first, 20), h.now)
     h.pump()
-    assert h.st.state is OrderedState.ACTIVE and len(h.pulls()) == 1
+    assert h.st.serial == 2 and h.st.state is OrderedState.CREATING
+    # its create reply and its first deliveries arrive in one read
+    second = _messages(h, [("create_cur", 10), ("next", 10), ("next", 10)])
+    h.m.receive_msgs(MsgsReceived(1, second, 30), h.now)
+    h.pump()
+    assert h.st.state is OrderedState.ACTIVE and h.st.name == "P_2" and h.st.consumer_seq == 2
+    # (the create reply goes alone; the new consumer's deliveries after it are a run again)
+    assert [[m.data for m in e.msgs] for e in h.of(OrderedMessagesDelivered)] == [[b"1"], [b"2", b"3"]]
+    assert not h.of(OrderedMessageDelivered)

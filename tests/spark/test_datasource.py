@@ -291,6 +291,21 @@ def _records(
     return [(seq, subject, data) for subject, data, _h, seq, _t in records]
 
 
+def test_a_read_stopped_early_deletes_its_ordered_consumer_at_once(js: Any, names: Any) -> None:
+    """Closing the record or message iterator of a range mid-way ends its ordered consumer
+    then and there (not when the garbage collector gets to it): nothing is left on the server."""
+    js.create_stream(name=names.stream, subjects=[f"{names.subject}.>"])
+    for i in range(30):
+        js.publish(f"{names.subject}.x", b"%d" % i)
+    for it in (dsmod.iter_range_records(js, names.stream, (), 1, 30, 10, False), iter_range(js, names.stream, (), 1, 30, 10)):
+        first = next(it)
+        assert list(js.stream(names.stream).consumer_names()), "reading with an ordered consumer"
+        keep = [first, it]  # (a reference kept: only close() may end it)
+        it.close()
+        assert list(js.stream(names.stream).consumer_names()) == []
+        assert keep
+
+
 def test_direct_get_option_needs_a_stream_that_allows_them(ds_spark: Any, nats_url: str, js: Any, names: Any) -> None:
     js.create_stream(name=names.stream, subjects=[f"{names.subject}.>"])
     js.publish(f"{names.subject}.x", b"m")
