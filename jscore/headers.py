@@ -397,7 +397,8 @@ def header_columns(
     in order, per key its number of values (None: one each), the values in order. Item by item
     the same as :func:`headers_dict` (:class:`Headers`) or :func:`header_lines_dict` (the
     checked header lines of a direct get, a ``str``). When every item with headers has exactly
-    one line as the parser checked it, one match over the batch splits them all."""
+    one line as the parser checked it, the lines are split together: by slicing when they all
+    read ``Key: value`` with one key, else by one match over the batch."""
     counts: list[int | None] = []
     lines: list[str] = []
     for h in items:
