@@ -804,13 +804,14 @@ class Connection:
         if sub is not None and sub.max_msgs is None and sub.subject.endswith(b".*"):
             self._lane.arm(sid, sub.subject[:-1].decode())
 
-    def arm_runs(self, sid: int) -> None:
+    def arm_runs(self, sid: int, cursors: bool = False) -> None:
         """Deliver the messages of subscription ``sid`` (a pull's inbox) in runs: see
-        :class:`AckLane`. Only for a subscription without a message limit (a run does not
-        count towards one)."""
+        :class:`AckLane`; with ``cursors``, deliveries in the server's form read by the
+        delivery lane, each run with its ack cursors. Only for a subscription without a message
+        limit (a run does not count towards one)."""
         sub = self._subs.get(sid)
         if sub is not None and sub.max_msgs is None and sid != self._resp_sid:
-            self._lane.arm_runs(sid)
+            self._lane.arm_runs(sid, cursors)
 
     def arm_direct(self, sid: int) -> None:
         """Read the direct get replies arriving on subscription ``sid`` (a batched direct get's

@@ -353,6 +353,21 @@ def _checked_block(text: str, layout: tuple[str | None, ...] | None) -> Headers:
     return headers
 
 
+def checked_block_headers(text: str) -> Headers:
+    """The headers of a block's text that :func:`parse_header_block` would read as checked
+    (:func:`common_block_re` with no ``Nats-Stream`` first line), split on first use: what it
+    gives for the same block, without the checks (a lane of the connection's parser made them)."""
+    return _checked_block(text, None)
+
+
+def common_block_re(value_char: str) -> str:
+    """A header block of one or more lines of the common form, values made of ``value_char``
+    (narrower than :func:`parse_header_block` allows), whose first line is not ``Nats-Stream:``:
+    a block :func:`parse_header_block` reads as checked, with no direct get layout to look for.
+    (The connection's delivery lane matches it as bytes.)"""
+    return r"NATS/1\.0\r\n(?!Nats-Stream: )(?:" + _TOKEN_RE + ":" + value_char + r"*+(?<![ \t])\r\n)++\r\n"
+
+
 def headers_of_lines(lines: str) -> Headers:
     """The headers of header lines the parser checked (each ``Key: Value\\r\\n`` of its
     common form: the own lines of :meth:`Headers._direct_layout`), split on first use."""

@@ -63,7 +63,7 @@ import builtins
 import enum
 from datetime import datetime
 from collections.abc import Sequence
-from typing import Any, Final, Protocol, Union
+from typing import Any, ClassVar, Final, Protocol, Union
 
 import msgspec
 
@@ -848,6 +848,9 @@ class OrderedMachine:
       bounded by max_messages / max_bytes across resets.
     """
 
+    RUN_CURSORS: ClassVar[bool] = True
+    """The session arms its inbox for the delivery lane: runs come with their ack cursors."""
+
     def __init__(
         self,
         state: OrderedConsumerState,
@@ -978,7 +981,8 @@ class OrderedMachine:
     def receive_msgs(self, run: MsgsReceived, now: float) -> None:
         """A run of messages in a row on the wildcard inbox (none a status): the same as each
         fed to :meth:`receive_msg` in turn. Deliveries of the active consumer in a row, with v1
-        ack subjects (:func:`~jscore.jsmsg.ack_cursor`), reach the inner machine as one run and
+        ack subjects (:func:`~jscore.jsmsg.ack_cursor`, or the run's cursors when the
+        connection's delivery lane read it), reach the inner machine as one run and
         come out, up to a gap, as one :class:`OrderedMessagesDelivered`. Anything else (a create
         reply, the dropped consumer's messages after a gap, a v2 or malformed ack subject, what
         a completed fetch did not take) goes one by one, and the deliveries after it as a run
@@ -986,6 +990,7 @@ class OrderedMachine:
         if self._broken is not None:
             self._check()
         msgs = run.msgs
+        cursors = run.cursors
         n = len(msgs)
         i = 0
         while i < n:
@@ -997,16 +1002,28 @@ class OrderedMachine:
                 cseqs: list[int] = []
                 stamps: list[int] = []
                 size = 0
-                for msg in msgs[i:] if i else msgs:
-                    reply = msg.reply
-                    cursor = ack_cursor(reply) if reply is not None else None
-                    if cursor is None or cursor[0] != name:
-                        break
-                    taken.append(msg)
-                    seqs.append(cursor[1])
-                    cseqs.append(cursor[2])
-                    stamps.append(cursor[3])
-                    size += msg.size
+                if cursors is not None:  # (the delivery lane read them)
+                    j = i
+                    while j < n and cursors[j][0] == name:
+                        j += 1
+                    if j > i:
+                        taken = msgs[i:j] if i or j < n else msgs
+                        run_cursors = cursors[i:j]
+                        seqs = [c[1] for c in run_cursors]
+                        cseqs = [c[2] for c in run_cursors]
+                        stamps = [c[3] for c in run_cursors]
+                        size = run.size if taken is msgs else sum(m.size for m in taken)
+                else:
+                    for msg in msgs[i:] if i else msgs:
+                        reply = msg.reply
+                        cursor = ack_cursor(reply) if reply is not None else None
+                        if cursor is None or cursor[0] != name:
+                            break
+                        taken.append(msg)
+                        seqs.append(cursor[1])
+                        cseqs.append(cursor[2])
+                        stamps.append(cursor[3])
+                        size += msg.size
             if not taken:
                 self.receive_msg(msgs[i], now)
                 i += 1

@@ -19,7 +19,14 @@ from typing import Any, Final, Union
 import msgspec
 
 from .errors import BadSubjectError, MaxPayloadError, RemoteProtocolError
-from .headers import DIRECT_STAMP_RE, Headers, direct_own_lines_re, parse_header_block
+from .headers import (
+    DIRECT_STAMP_RE,
+    Headers,
+    checked_block_headers,
+    common_block_re,
+    direct_own_lines_re,
+    parse_header_block,
+)
 
 __all__ = [
     "MAX_CONTROL_LINE",
@@ -147,6 +154,11 @@ class MsgsReceived(msgspec.Struct, gc=False):
     sid: int
     msgs: list[MsgReceived]
     size: int
+    cursors: Union[list[tuple[str, int, int, int]], None] = None
+    """On a subscription armed for deliveries (:meth:`AckLane.arm_runs` with ``cursors``), a run
+    the delivery lane read: per message ``(consumer, stream sequence, consumer sequence, time
+    stamp in ns)`` from its v1 ack subject, what :func:`jscore.jsmsg.ack_cursor` gives for it.
+    None for a run read the general way."""
 
 
 class DirectRepliesReceived(msgspec.Struct, frozen=True, gc=False):
@@ -188,6 +200,15 @@ class AckLane:
     costs after the parse (routing, the machine's accounting, its event) is paid once per run.
     The messages are parsed the general way, whatever their form.
 
+    Deliveries (:meth:`arm_runs` with ``cursors``: an ordered consumer's inbox): a run of
+    JetStream deliveries in the form nats-server writes them (a v1 ack subject with numbers of at
+    most 19 digits, no headers or header lines of the common form in printable ASCII) is read by
+    one match per frame into one :class:`MsgsReceived` with :attr:`MsgsReceived.cursors`; the
+    messages are the ones the general way makes of the same frames. Anything else (a status, a
+    v2 ack subject, a subject outside ASCII, other spacing, a size that does not add up) goes
+    the general way. A frame is only tried once the general way read its sid as armed, so other
+    subscriptions pay one set lookup per message.
+
     Direct get replies: on an inbox armed with :meth:`arm_direct`, an ``HMSG`` whose header
     block is exactly the server's (see :class:`DirectRepliesReceived`) is read by one match, and
     a run of them is one :class:`DirectRepliesReceived`; any other frame (a status, an own header
@@ -197,7 +218,7 @@ class AckLane:
     """
 
     __slots__ = ("heads", "match", "sids", "read", "runs", "direct_heads", "direct_head", "direct_match",
-                 "direct_sids", "direct_read", "_heads")
+                 "direct_sids", "direct_read", "_heads", "deliveries", "delivery_sids", "delivery_read")
 
     def __init__(self, inbox_prefix: str) -> None:
         prefix = inbox_prefix.encode()
@@ -223,6 +244,9 @@ class AckLane:
         self.direct_head: dict[int, bytes] = {}  # sid -> ``HMSG <its inbox> ``
         self.direct_heads: tuple[bytes, ...] = ()  # all of them
         self.direct_read = 0  # direct get replies read in the lane so far
+        self.deliveries: set[int] = set()  # sids whose deliveries the lane reads (a subset of runs)
+        self.delivery_sids: dict[bytes, int] = {}
+        self.delivery_read = 0  # deliveries read in the lane so far
 
     def arm(self, sid: int, inbox: str) -> None:
         """Read the PubAcks of subscription ``sid`` to ``<inbox>*`` (``inbox`` ends with a dot)."""
@@ -230,9 +254,14 @@ class AckLane:
         self._heads[sid] = b"MSG " + inbox.encode()
         self.heads = tuple(self._heads.values())
 
-    def arm_runs(self, sid: int) -> None:
-        """Deliver the messages of subscription ``sid`` in :class:`MsgsReceived` runs."""
+    def arm_runs(self, sid: int, cursors: bool = False) -> None:
+        """Deliver the messages of subscription ``sid`` in :class:`MsgsReceived` runs; with
+        ``cursors``, JetStream deliveries in the server's form by the delivery lane, each run
+        with its :attr:`MsgsReceived.cursors`."""
         self.runs.add(sid)
+        if cursors:
+            self.deliveries.add(sid)
+            self.delivery_sids[str(sid).encode()] = sid
 
     def arm_direct(self, sid: int, inbox: str) -> None:
         """Read the direct get replies of subscription ``sid`` to ``inbox`` in
@@ -243,6 +272,8 @@ class AckLane:
 
     def disarm(self, sid: int) -> None:
         self.runs.discard(sid)
+        self.deliveries.discard(sid)
+        self.delivery_sids.pop(str(sid).encode(), None)
         self.direct_sids.pop(str(sid).encode(), None)
         if self.direct_head.pop(sid, None) is not None:
             self.direct_heads = tuple(self.direct_head.values())
@@ -279,6 +310,24 @@ _DIRECT_BLOCK_HEAD: Final = len(b"NATS/1.0\r\n")
 # them, with values of printable ASCII (and tabs) only: a line it takes is one that layout
 # takes, with the same text.
 _DIRECT_OWN_LINES: Final = direct_own_lines_re(r"[ -~\t]").encode()
+
+# A JetStream delivery as nats-server writes it: the subject, the sid, a v1 ack subject (its
+# consumer and three numbers as groups; every number 0 or 1 to 19 digits without a leading zero,
+# so below 2**64), then for HMSG the two sizes and a header block of the common form in
+# printable ASCII. The groups: subject, sid, ack subject, consumer, stream sequence, consumer
+# sequence, time stamp, then (HMSG) header size, total size, header block; (MSG) size.
+_ACK_TOKEN: Final = rb"[!-\-/-~]+"  # (printable ASCII but the dot)
+_ACK_NUM: Final = rb"(?:0|[1-9][0-9]{0,18})"
+_DELIVERY_HEAD: Final = (
+    rb"([!-~]+) ([0-9]{1,10}) (\$JS\.ACK\." + _ACK_TOKEN + rb"\.(" + _ACK_TOKEN + rb")\." + _ACK_NUM + rb"\.("
+    + _ACK_NUM + rb")\.(" + _ACK_NUM + rb")\.(" + _ACK_NUM + rb")\." + _ACK_NUM + rb") "
+)  # fmt: skip
+_DELIVERY_HMSG: Final = re.compile(
+    rb"HMSG " + _DELIVERY_HEAD + rb"([0-9]{1,7}) ([0-9]{1,10})\r\n(" + common_block_re(r"[ -~\t]").encode() + rb")"
+).match
+_DELIVERY_MSG: Final = re.compile(rb"MSG " + _DELIVERY_HEAD + rb"([0-9]{1,10})\r\n").match
+_consumer_cache: dict[bytes, str] = {}
+"""Consumer names of deliveries read in the :class:`AckLane` (printable ASCII, checked by its match)."""
 
 _sid_cache: dict[bytes, int] = {}
 """The sids seen, as the digits arrive: a dict hit costs less than checking and converting."""
@@ -454,6 +503,77 @@ class Parser:
             append(DirectRepliesReceived(sids[run_sid], replies, size))
         return pos
 
+    def _delivery_run(self, buf: bytes, pos: int, append: Callable[[ParserEvent], None]) -> int:
+        """Read the run of deliveries at ``pos`` on one subscription armed for them (see
+        :class:`AckLane`) into one :class:`MsgsReceived` with cursors; returns where the run ends
+        (``pos`` when there is none)."""
+        lane = self._lane
+        assert lane is not None
+        sids = lane.delivery_sids
+        subjects = _subject_cache
+        names = _consumer_cache
+        max_msg = self._max_msg
+        n = len(buf)
+        msgs: list[MsgReceived] = []
+        add = msgs.append
+        cursors: list[tuple[str, int, int, int]] = []
+        add_cursor = cursors.append
+        run_sid = b""
+        sid = 0
+        size = 0
+        while True:
+            if buf.startswith(b"HMSG ", pos):
+                m = _DELIVERY_HMSG(buf, pos)
+                if m is None:
+                    break
+                subject_b, sid_b, reply_b, name_b, seq_b, cseq_b, stamp_b, hdr_b, total_b, block_b = m.groups()
+                after = m.end()
+                block_at = m.start(10)
+                total = int(total_b)
+                if int(hdr_b) != after - block_at or total > max_msg:
+                    break
+                stop = block_at + total
+                if stop < after or block_at - 2 - pos > MAX_CONTROL_LINE:
+                    break
+                headers: Headers | None = checked_block_headers(block_b.decode())
+            elif buf.startswith(b"MSG ", pos):
+                m = _DELIVERY_MSG(buf, pos)
+                if m is None:
+                    break
+                subject_b, sid_b, reply_b, name_b, seq_b, cseq_b, stamp_b, total_b = m.groups()
+                after = m.end()
+                total = int(total_b)
+                if total > max_msg or after - 2 - pos > MAX_CONTROL_LINE:
+                    break
+                stop = after + total
+                headers = None
+            else:
+                break
+            if stop + 2 > n or not buf.startswith(b"\r\n", stop):
+                break  # (a payload still to come, or a size that does not add up: the general way)
+            if sid_b != run_sid:
+                if run_sid or sid_b not in sids:
+                    break
+                run_sid = sid_b
+                sid = sids[sid_b]
+            subject = subjects.get(subject_b)
+            if subject is None:
+                subject = _decode_subject(subject_b)
+            name = names.get(name_b)
+            if name is None:
+                if len(names) >= _SUBJECT_CACHE_LIMIT:
+                    names.clear()
+                name = names[name_b] = name_b.decode()
+            one = total + len(subject_b) + len(reply_b)
+            add(MsgReceived(subject, sid, reply_b.decode(), buf[after:stop], headers, None, None, one))
+            add_cursor((name, int(seq_b), int(cseq_b), int(stamp_b)))
+            size += one
+            pos = stop + 2
+        if msgs:
+            lane.delivery_read += len(msgs)
+            append(MsgsReceived(sid, msgs, size, cursors))
+        return pos
+
     def _poison(self, exc: RemoteProtocolError) -> None:
         self._error = exc
         self._buf = b""
@@ -474,6 +594,7 @@ class Parser:
         # inbox, HMSG to a batched direct get's)
         lane_heads = (lane.heads + lane.direct_heads) if lane is not None else ()
         runs = lane.runs if lane is not None else None
+        deliveries = lane.deliveries if lane is not None else None
         run: MsgsReceived | None = None  # the run the last event appended is (see AckLane)
         while pos < n:
             end = buf.find(b"\r\n", pos, pos + MAX_INFO_LINE + 2)
@@ -510,6 +631,12 @@ class Parser:
                 sid = sids.get(sid_b)
                 if sid is None:
                     sid = _decode_sid(sid_b, "MSG")
+                if deliveries and sid in deliveries:
+                    after = self._delivery_run(buf, pos, append)
+                    if after != pos:
+                        pos = after
+                        run = None
+                        continue
                 start = end + 2
                 stop = start + size
                 if stop + 2 > n:
@@ -556,6 +683,12 @@ class Parser:
                 sid = sids.get(sid_b)
                 if sid is None:
                     sid = _decode_sid(sid_b, "HMSG")
+                if deliveries and sid in deliveries:
+                    after = self._delivery_run(buf, pos, append)
+                    if after != pos:
+                        pos = after
+                        run = None
+                        continue
                 start = end + 2
                 stop = start + size
                 if stop + 2 > n:

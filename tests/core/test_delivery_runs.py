@@ -206,6 +206,10 @@ def test_a_fetch_inbox_is_armed_and_so_is_an_ordered_consumers() -> None:
     o = OrderedMachine(OrderedConsumerState("S", name_prefix="P"), P.resolve_fetch_options(max_messages=5), 0.0)
     other = s.attach(o, lambda e: None, 0.0, wildcard=True)
     assert s.conn._lane.runs == {s._slots[slot].sid, s._slots[other].sid}
+    # Only the ordered consumer's deliveries take the delivery lane (tests/core/test_delivery_lane.py).
+    assert s.conn._lane.deliveries == {s._slots[other].sid}
+    s.command(other, P.Stop(), 0.0)
+    assert not s.conn._lane.deliveries and not s.conn._lane.delivery_sids
 
 
 def test_a_subscription_with_a_message_limit_is_not_armed() -> None:

@@ -3,7 +3,8 @@ messages its wildcard inbox gets in a row, fed as one run, must change nothing b
 The same deliveries in the same order, the same resets, stale counts, cursor, pulls, creates,
 deletes and ends as the messages fed one by one, whatever the run holds: deliveries in order,
 gaps, duplicates, an older consumer's, v2 or malformed ack subjects, create replies, a fetch
-that completes in the middle of a run."""
+that completes in the middle of a run. The same holds for the runs the connection's delivery
+lane makes of them (each stretch of v1 deliveries a run with its ack cursors)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,16 @@ def snapshot(h: H) -> tuple[Any, ...]:
         m.finished, m.end, repr(m.error), m.delivered, m.stale, m._buffered_messages, m._buffered_bytes,
         m.next_deadline(), s.state, s.serial, s.name, s.stream_seq, s.consumer_seq, s.resets,
         [(x.subject, x.body, x.reply_token) for x in h.sent],
+        _inner_counts(m._inner),
     )
+
+
+def _inner_counts(inner: Any) -> tuple[Any, ...] | None:
+    """The inner pull machine's accounting (a run's size counts there)."""
+    if inner is None:
+        return None
+    names = ("delivered", "delivered_bytes", "pending_messages", "pending_bytes", "buffered_messages", "buffered_bytes")
+    return tuple(getattr(inner, n, None) for n in names)
 
 
 _kinds = st.sampled_from(
@@ -115,11 +125,33 @@ def _messages(h: H, specs: list[tuple[str, int]]) -> list[MsgReceived]:
     return out
 
 
-def _apply(h: H, step: tuple[str, Any], msgs: list[MsgReceived] | None, as_run: bool) -> None:
+def lane_runs(msgs: list[MsgReceived]) -> list[MsgsReceived]:
+    """The runs the connection's delivery lane makes of these messages: each stretch of v1
+    deliveries one run with its cursors, each stretch of anything else one run without."""
+    out: list[MsgsReceived] = []
+    for m in msgs:
+        cursor = ack_cursor(m.reply) if m.reply is not None else None
+        last = out[-1] if out else None
+        if last is not None and (last.cursors is not None) == (cursor is not None):
+            last.msgs.append(m)
+            last.size += m.size
+            if cursor is not None:
+                assert last.cursors is not None
+                last.cursors.append(cursor)
+        else:
+            out.append(MsgsReceived(1, [m], m.size, None if cursor is None else [cursor]))
+    return out
+
+
+def _apply(h: H, step: tuple[str, Any], msgs: list[MsgReceived] | None, as_run: bool | str) -> None:
     kind, arg = step
     if kind == "run":
         assert msgs is not None
-        if as_run:
+        if as_run == "lane":
+            for run in lane_runs(msgs):
+                h.m.receive_msgs(run, h.now)
+                h.pump()
+        elif as_run:
             h.m.receive_msgs(MsgsReceived(1, msgs, sum(m.size for m in msgs)), h.now)
             h.pump()
         else:
@@ -165,19 +197,21 @@ def test_a_run_is_the_same_as_its_messages_one_by_one(consume: bool, batch: int,
         opts = consume_opts(max_messages=batch)
     else:
         opts = fetch_opts(batch, expires=2.0, max_bytes=max_bytes) if max_bytes else fetch_opts(batch, expires=2.0)
-    one, run = H(opts), H(opts)
+    one, run, lane = H(opts), H(opts), H(opts)
     for step in steps:
         msgs = _messages(one, step[1]) if step[0] == "run" else None
         errors = []
-        for h, as_run in ((one, False), (run, True)):
+        for h, as_run in ((one, False), (run, True), (lane, "lane")):
             try:
                 _apply(h, step, msgs, as_run=as_run)
                 errors.append(None)
-            except Exception as exc:  # noqa: BLE001 (both must raise the same)
+            except Exception as exc:  # noqa: BLE001 (all must raise the same)
                 errors.append(repr(exc))
-        assert errors[0] == errors[1]
+        assert errors[0] == errors[1] == errors[2]
         assert flat(run.events) == flat(one.events)
+        assert flat(lane.events) == flat(one.events)
         assert snapshot(run) == snapshot(one)
+        assert snapshot(lane) == snapshot(one)
 
 
 def test_a_run_of_the_active_consumers_deliveries_is_one_event() -> None:

@@ -1,0 +1,188 @@
+"""The delivery lane (:meth:`jscore.protocol.AckLane.arm_runs` with ``cursors``: an ordered
+consumer's inbox): JetStream deliveries in the server's form read by one match each, a run of
+them one :class:`MsgsReceived` with each message's ack cursor. It must change nothing but the
+cost: for the same bytes, whole or split anywhere, the parser gives the same messages (subject,
+sid, reply, payload, headers as parsed, size), in the same order, and the same error, as with
+the lane not armed; the cursors are what :func:`jscore.jsmsg.ack_cursor` reads from each reply,
+whatever the frames (statuses, other sids, v2 or malformed ack subjects, numbers too long for
+the lane, headers the lane leaves to the general way, sizes that do not add up, control lines
+too long)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from jscore.errors import RemoteProtocolError
+from jscore.jsmsg import ack_cursor
+from jscore.protocol import MAX_CONTROL_LINE, AckLane, MsgReceived, MsgsReceived, Parser
+
+SID = 13
+_STAMP = 1764662400123456789
+
+
+def reply_of(kind: int, seq: int) -> str:
+    consumer = "OC_x_1" if kind != 1 else "OC_x_2"
+    if kind == 2:  # v2 (domain, account hash, token)
+        return f"$JS.ACK._.HASH.S.{consumer}.1.{seq}.{seq}.{_STAMP}.0.tok"
+    if kind == 3:  # a pending count of 20 digits, still below 2**64: the general way reads it
+        return f"$JS.ACK.S.{consumer}.1.{seq}.{seq}.{_STAMP}.{2**64 - 1}"
+    if kind == 4:  # above 2**64 - 1: not a cursor at all
+        return f"$JS.ACK.S.{consumer}.1.{seq}.{seq}.{_STAMP}.{2**64}"
+    if kind == 5:  # a leading zero
+        return f"$JS.ACK.S.{consumer}.1.0{seq}.{seq}.{_STAMP}.0"
+    if kind == 6:
+        return f"$JS.ACK.S.{consumer}.1.{seq}.x.{_STAMP}.0"
+    if kind == 7:  # a stream name outside ASCII
+        return f"$JS.ACK.Ü.{consumer}.1.{seq}.{seq}.{_STAMP}.0"
+    if kind == 8:
+        return "_INBOX.not.an.ack"
+    return f"$JS.ACK.S.{consumer}.{1 + seq % 3}.{seq}.{seq + 1}.{_STAMP + seq}.{max(0, 50 - seq)}"
+
+
+_BLOCKS = [
+    b"NATS/1.0\r\nNats-Msg-Id: w-0-1\r\n\r\n",
+    b"NATS/1.0\r\nNats-Msg-Id: w-0-1\r\nOwn: a b\r\n\r\n",
+    b"NATS/1.0\r\nK: a\tb\r\n\r\n",
+    b"NATS/1.0\r\nKV-Operation: DEL\r\n\r\n",
+    b"NATS/1.0\r\nNats-Stream: S\r\n\r\n",
+    # (a direct get reply's layout: the general way reads its values too, the lane leaves it)
+    b"NATS/1.0\r\nNats-Stream: S\r\nNats-Subject: s.x\r\nNats-Sequence: 1\r\n"
+    b"Nats-Time-Stamp: 2026-11-22T06:54:08.8Z\r\n\r\n",
+    b"NATS/1.0\r\n\r\n",
+    b"NATS/1.0\r\nK:  two spaces\r\n\r\n",
+    b"NATS/1.0\r\nK:v\r\n\r\n",
+    b"NATS/1.0\r\nK: trailing \r\n\r\n",
+    b"NATS/1.0\r\nK: \r\n\r\n",
+    "NATS/1.0\r\nK: ü\r\n\r\n".encode(),
+    b"NATS/1.0\r\nK: x\x01y\r\n\r\n",
+    b"NATS/1.0\r\nBad Key: x\r\n\r\n",
+    b"NATS/1.0 100 Idle Heartbeat\r\n\r\n",
+    b"NATS/1.0 404 No Messages\r\n\r\n",
+]
+
+
+def hmsg(reply: str, hdr: bytes, payload: bytes, subject: bytes = b"s.x") -> bytes:
+    return b"HMSG %s %d %s %d %d\r\n%s%s\r\n" % (subject, SID, reply.encode(), len(hdr), len(hdr) + len(payload), hdr, payload)
+
+
+@st.composite
+def frame(draw: st.DrawFn, seq: int) -> bytes:
+    kind = draw(st.sampled_from([0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]))
+    reply = reply_of(kind, seq).encode()
+    sid = SID if draw(st.integers(min_value=0, max_value=7)) else draw(st.sampled_from([1, 130, 1300]))
+    subject = draw(st.sampled_from([b"s.x", b"a.b.c", "ü.x".encode(), b"long." + b"x" * 300]))
+    payload = draw(st.binary(max_size=24))
+    which = draw(st.integers(min_value=-1, max_value=len(_BLOCKS) - 1))
+    delta = draw(st.sampled_from([0] * 12 + [-1, 1, 2]))  # a size that does not add up
+    spacing = b"  " if draw(st.integers(min_value=0, max_value=20)) == 0 else b" "
+    if which < 0:  # no headers: MSG
+        return b"MSG %s %d %s%s%d\r\n%s\r\n" % (subject, sid, reply, spacing, len(payload) + delta, payload)
+    hdr = _BLOCKS[which]
+    if hdr.startswith(b"NATS/1.0 "):  # a status: on the inbox, no ack subject
+        return b"HMSG _INBOX.x.p1 %d %d %d\r\n%s\r\n" % (sid, len(hdr), len(hdr), hdr)
+    return b"HMSG %s %d %s%s%d %d\r\n%s%s\r\n" % (
+        subject, sid, reply, spacing, len(hdr) + max(0, delta), len(hdr) + len(payload) + min(0, delta), hdr, payload,
+    )  # fmt: skip
+
+
+@st.composite
+def script(draw: st.DrawFn) -> list[bytes]:
+    return [draw(frame(seq)) for seq in range(1, draw(st.integers(min_value=1, max_value=10)) + 1)]
+
+
+def _key(m: MsgReceived) -> tuple[Any, ...]:
+    h = m.headers
+    headers = None if h is None else (h._block, h._layout, list(h.items()))
+    return m.subject, m.sid, m.reply, m.data, headers, m.status, m.description, m.size
+
+
+def parse(lane_on: bool, data: bytes, cuts: list[int]) -> tuple[list[Any], str | None, list[Any], int]:
+    """(messages in order, the error, the lane's runs as (messages, cursors), deliveries read
+    by the lane)."""
+    lane = AckLane("_INBOX.x")
+    lane.arm_runs(SID, cursors=lane_on)
+    parser = Parser(max_payload=1 << 16, lane=lane)
+    msgs: list[Any] = []
+    runs: list[Any] = []
+    error = None
+    prev = 0
+    try:
+        for cut in sorted({c % (len(data) + 1) for c in cuts}) + [len(data)]:
+            for e in parser.feed(data[prev:cut]):
+                if isinstance(e, MsgsReceived):
+                    msgs.extend(_key(m) for m in e.msgs)
+                    assert e.size == sum(m.size for m in e.msgs)
+                    if e.cursors is not None:
+                        runs.append((e.msgs, e.cursors))
+                elif isinstance(e, MsgReceived):
+                    msgs.append(_key(e))
+            prev = cut
+    except RemoteProtocolError as exc:
+        error = str(exc)
+    return msgs, error, runs, lane.delivery_read
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(frames=[hmsg(reply_of(0, 1), b"NATS/1.0\r\nNats-Msg-Id: w-0-1\r\n\r\n", b"x")], cuts=[])
+@example(frames=[b"MSG s.x 13 " + reply_of(0, 1).encode() + b" 1\r\nx\r\n"] * 3, cuts=[40])
+@given(frames=script(), cuts=st.lists(st.integers(min_value=0), max_size=4))
+def test_the_lane_changes_nothing_but_the_cost(frames: list[bytes], cuts: list[int]) -> None:
+    data = b"".join(frames)
+    msgs, error, runs, read = parse(True, data, cuts)
+    msgs_off, error_off, runs_off, read_off = parse(False, data, cuts)
+    assert msgs == msgs_off
+    assert error == error_off
+    assert runs_off == [] and read_off == 0
+    if error is None:  # (a feed that raises returns none of its events)
+        assert read == sum(len(r[0]) for r in runs)
+    for run_msgs, cursors in runs:
+        assert len(run_msgs) == len(cursors)
+        assert {m.sid for m in run_msgs} == {SID}
+        assert cursors == [ack_cursor(m.reply) for m in run_msgs]
+
+
+def test_the_servers_form_takes_the_lane_in_one_run() -> None:
+    frames = [hmsg(reply_of(0, i), b"NATS/1.0\r\nNats-Msg-Id: w-0-%d\r\n\r\n" % i, b"p%d" % i) for i in range(1, 8)]
+    frames.insert(3, b"MSG s.y 13 %s 2\r\nxy\r\n" % reply_of(0, 99).encode())
+    msgs, error, runs, read = parse(True, b"".join(frames), [])
+    assert error is None and read == 8 and len(runs) == 1
+    run_msgs, cursors = runs[0]
+    assert [m.data for m in run_msgs] == [b"p1", b"p2", b"p3", b"xy", b"p4", b"p5", b"p6", b"p7"]
+    assert cursors[0] == ("OC_x_1", 1, 2, _STAMP + 1) and cursors[3] == ("OC_x_1", 99, 100, _STAMP + 99)
+    assert run_msgs[0].headers is not None and run_msgs[0].headers["Nats-Msg-Id"] == "w-0-1"
+    assert run_msgs[3].headers is None
+
+
+def test_a_frame_the_lane_leaves_ends_its_run_and_the_next_starts_another() -> None:
+    good = b"MSG s.x 13 %s 1\r\nx\r\n" % reply_of(0, 1).encode()
+    v2 = b"MSG s.x 13 %s 1\r\nx\r\n" % reply_of(2, 2).encode()
+    other_sid = b"MSG s.x 1 %s 1\r\nx\r\n" % reply_of(0, 3).encode()
+    msgs, error, runs, read = parse(True, good + good + v2 + good + other_sid + good, [])
+    assert error is None and len(msgs) == 6
+    assert [len(r[0]) for r in runs] == [2, 1, 1] and read == 4
+
+
+def test_a_control_line_too_long_is_the_general_ways_error() -> None:
+    good = b"MSG s.x 13 %s 1\r\nx\r\n" % reply_of(0, 1).encode()
+    long_subject = b"MSG " + b"s" * MAX_CONTROL_LINE + b" 13 %s 1\r\nx\r\n" % reply_of(0, 2).encode()
+    for lane_on in (True, False):
+        msgs, error, runs, _ = parse(lane_on, good + good + long_subject, [2 * len(good)])
+        assert error == "control line too long" and len(msgs) == 2
+        # (in one read with a delivery the lane took before it: the same error for the read)
+        assert parse(lane_on, good + long_subject, [])[:2] == ([], "control line too long")
+    for lane_on in (True, False):
+        long_hmsg = hmsg(reply_of(0, 2), b"NATS/1.0\r\nK: v\r\n\r\n", b"x", subject=b"s" * MAX_CONTROL_LINE)
+        assert parse(lane_on, good + long_hmsg, [])[:2] == ([], "control line too long")
+
+
+def test_a_size_that_does_not_add_up_is_the_general_ways_error() -> None:
+    block = b"NATS/1.0\r\nNats-Msg-Id: w-0-1\r\n\r\n"
+    good = hmsg(reply_of(0, 1), block, b"x")
+    short = hmsg(reply_of(0, 2), block, b"x").replace(b" %d\r\n" % (len(block) + 1), b" %d\r\n" % (len(block) - 1), 1)
+    assert short != good.replace(reply_of(0, 1).encode(), reply_of(0, 2).encode())
+    results = [parse(lane_on, good + short, [len(good)]) for lane_on in (True, False)]
+    assert results[0][:2] == results[1][:2]
+    assert results[0][1] is not None and len(results[0][0]) == 1
