@@ -21,6 +21,9 @@ Also checked:
   :class:`MsgsReceived` run is the plain parser's, no run is empty, holds a status or another
   sid, and its size is its messages' sum; a message on sid 3 that is not a status never comes
   alone;
+* the same for sid 5 armed for deliveries (:data:`DELIVERY_SIDS`, runs with ack cursors): every
+  message of a run is the plain parser's, and the run's cursors are what
+  :func:`jscore.jsmsg.ack_cursor` reads from each message's reply;
 * and direct get replies armed for sid 4 (:data:`DIRECT_SIDS`, :data:`DIRECT_INBOX`): every reply
   of a :class:`DirectRepliesReceived` run is what the plain parser's message gives when its
   header block is in the lane's form (its values, payload and size), and the plain parser's
@@ -48,6 +51,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from fuzz._runner import run
 from jscore.errors import RemoteProtocolError
+from jscore.jsmsg import ack_cursor
 import re
 
 from jscore.protocol import (
@@ -78,6 +82,7 @@ __all__ = [
     "LANE_SIDS",
     "LANE_INBOX",
     "RUN_SIDS",
+    "DELIVERY_SIDS",
     "DIRECT_SIDS",
     "DIRECT_INBOX",
 ]
@@ -119,6 +124,8 @@ LANE_INBOX = "_INBOX.AbCdEfGhIjKlMnOpQrStUv."
 """Their inbox (a message to another inbox on those sids goes the general way in both)."""
 RUN_SIDS = (3,)
 """The sids armed for delivery runs in the lane of :func:`check_lane`."""
+DELIVERY_SIDS = (5,)
+"""The sids armed for delivery runs with ack cursors (the delivery lane) in :func:`check_lane`."""
 DIRECT_SIDS = (4,)
 """The sids armed for direct get replies in the lane of :func:`check_lane`, to :data:`DIRECT_INBOX`."""
 DIRECT_INBOX = "_INBOX.AbCdEfGhIjKlMnOpQrSt44"
@@ -140,6 +147,8 @@ def feed(
             ack_lane.arm(sid, LANE_INBOX)
         for sid in RUN_SIDS:
             ack_lane.arm_runs(sid)
+        for sid in DELIVERY_SIDS:
+            ack_lane.arm_runs(sid, cursors=True)
         for sid in DIRECT_SIDS:
             ack_lane.arm_direct(sid, DIRECT_INBOX)
     parser = Parser(max_payload, ack_lane)
@@ -242,9 +251,12 @@ def lane_view(events: Sequence[ParserEvent]) -> list[object]:
             continue
         if e.__class__ is MsgsReceived:
             assert isinstance(e, MsgsReceived)
-            assert e.sid in RUN_SIDS and e.msgs, e
+            assert e.sid in RUN_SIDS + DELIVERY_SIDS and e.msgs, e
             assert all(m.sid == e.sid and m.status is None for m in e.msgs), e
             assert sum(m.size for m in e.msgs) == e.size, e
+            if e.cursors is not None:
+                assert e.sid in DELIVERY_SIDS, e
+                assert e.cursors == [ack_cursor(m.reply) if m.reply is not None else None for m in e.msgs], e
             flat.extend(e.msgs)
         else:
             flat.append(e)
@@ -310,7 +322,7 @@ def check_lane(data: bytes, cuts: Sequence[int] = (), max_payload: int = FUZZ_MA
     assert lane_view(laned.events) == lane_view(plain.events), f"plain={plain.events!r} lane={laned.events!r}"
     assert _bytes_in(laned.events) == _bytes_in(plain.events), f"plain={plain.events!r} lane={laned.events!r}"
     for e in laned.events:
-        if isinstance(e, MsgReceived) and e.sid in RUN_SIDS:
+        if isinstance(e, MsgReceived) and e.sid in RUN_SIDS + DELIVERY_SIDS:
             assert e.status is not None, f"a message on a run sid came alone: {e!r}"
     return laned
 

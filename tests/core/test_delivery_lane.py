@@ -186,3 +186,19 @@ def test_a_size_that_does_not_add_up_is_the_general_ways_error() -> None:
     results = [parse(lane_on, good + short, [len(good)]) for lane_on in (True, False)]
     assert results[0][:2] == results[1][:2]
     assert results[0][1] is not None and len(results[0][0]) == 1
+
+
+def test_the_fuzz_invariant_holds_on_its_delivery_seed() -> None:
+    from pathlib import Path
+
+    from fuzz.fuzz_wire import DELIVERY_SIDS, check_lane, check_wire
+
+    seed = Path(__file__).resolve().parents[2] / "fuzz" / "corpus" / "wire" / "deliveries_ordered"
+    data = seed.read_bytes()
+    assert DELIVERY_SIDS == (5,)
+    check_wire(data)
+    result = check_lane(data)  # (raises unless the lane gives the plain parser's messages)
+    runs = [e for e in result.events if isinstance(e, MsgsReceived) and e.cursors is not None]
+    assert result.error is None and [len(r.msgs) for r in runs] == [4]
+    for cut in range(1, len(data), 7):
+        check_lane(data, [cut])
