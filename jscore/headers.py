@@ -100,6 +100,7 @@ class Headers:
         self._pairs: list[tuple[str, str]] = []
         # A block the parser checked but has not split into pairs yet (split on first use:
         # most messages' headers are never read, and the direct get reads its own from it).
+        # While it is set, _pairs may be unset: read the pairs through _items.
         self._block: str | None = None
         # The values of a direct get reply's block, read by the match that checked it (None: not
         # tried yet; empty: not in the server's layout).
@@ -347,7 +348,8 @@ def parse_header_block(block: bytes) -> tuple[Headers, int | None, str | None]:
 def _checked_block(text: str, layout: tuple[str | None, ...] | None) -> Headers:
     """Headers of a block of the common form, split on first use."""
     headers = _new_headers(Headers)  # (what Headers() makes, without its __init__ call)
-    headers._pairs = []
+    # (no _pairs yet: every reader goes through _items, which sets it from the block first; one
+    # allocation the garbage collector tracks less per message)
     headers._block = text
     headers._layout = layout
     return headers

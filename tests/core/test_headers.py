@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from jscore.errors import BadHeaderError, RemoteProtocolError
 from jscore.headers import (
+    checked_block_headers,
     headers_dict,
     Headers,
     HeadersInput,
@@ -660,3 +661,20 @@ def test_header_columns_of_one_key_with_odd_spacing(lines: list[str]) -> None:
         counts, keys, value_counts, values = header_columns(items)
         assert counts == [1] * len(lines) and value_counts is None
         assert [{k: [v]} for k, v in zip(keys, values)] == want
+
+
+def test_checked_headers_read_copy_and_pickle_before_they_are_split() -> None:
+    import copy
+    import pickle
+
+    block = b"NATS/1.0\r\nA: b\r\nC: d\r\n\r\n"
+    for make in (lambda: parse_header_block(block)[0], lambda: checked_block_headers(block.decode())):
+        h = make()
+        assert h._unsplit() is not None  # (not split yet)
+        for other in (pickle.loads(pickle.dumps(h)), copy.copy(h), copy.deepcopy(h)):
+            assert other == h and other.items() == [("A", "b"), ("C", "d")]
+        assert bool(make()) and len(make()) == 2 and make().get("c") == "d"
+        assert headers_dict(make()) == {"A": ["b"], "C": ["d"]}
+        h = make()
+        h.add("E", "f")
+        assert h.items() == [("A", "b"), ("C", "d"), ("E", "f")] and h._unsplit() is None
