@@ -9,6 +9,7 @@ Run on demand (not in CI), with the dev virtualenv (pyspark, pyarrow, a Java 17+
 
     .venv/bin/nats-server -js -p 14222 -sd /tmp/store &
     .venv/bin/python bench/bench_spark_read.py --server nats://127.0.0.1:14222 --rows 200000 /path/to/before .
+    .venv/bin/python bench/bench_spark_read.py --server URL --no-spark --rounds 6 --reps 2 /path/to/before .
 
 The stream (``--stream``, made once if absent) holds ``--rows`` messages of 128 B, each with a
 ``Nats-Msg-Id`` as the Spark writers store them. Each tree runs in its own process, from its own
@@ -95,6 +96,8 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
             t, c = time.perf_counter() - t0, time.process_time() - c0
             out["outside"].append({"rows": n, "rows_per_s": n / t, "cpu_us_per_row": c / n * 1e6})
         out["outside"] = out["outside"][1:]
+    if args.no_spark:
+        return out
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = tree
     from pyspark.sql import SparkSession
@@ -141,9 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="rounds, the trees in turn (2)")
     p.add_argument("--direct", action="store_true", help="read with batched direct gets")
     p.add_argument("--outside", action="store_true", help="also time read_partition outside Spark")
+    p.add_argument("--no-spark", action="store_true", help="only the reads outside Spark (implies --outside; many short "
+                   "rounds compare trees on a machine whose speed drifts)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.outside = args.outside or args.no_spark
     if args.child:
         print(json.dumps(_child(args)))
         return 0
@@ -155,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [
                 sys.executable, str(HERE / "bench_spark_read.py"), "--child", "--server", args.server, "--stream",
                 args.stream, "--rows", str(args.rows), "--reps", str(args.reps),
-                *(["--direct"] if args.direct else []), *(["--outside"] if args.outside else []), ".",
+                *(["--direct"] if args.direct else []), *(["--outside"] if args.outside else []),
+                *(["--no-spark"] if args.no_spark else []), ".",
             ]  # fmt: skip
             done = subprocess.run(cmd, cwd=Path(tree).resolve(), capture_output=True, text=True, check=False)
             if done.returncode != 0:
@@ -168,6 +175,14 @@ def main(argv: list[str] | None = None) -> int:
                     cpu = m["cpu_us_per_row"]
                     cpu_s = f"{cpu:5.1f}" if isinstance(cpu, float) else "  ".join(f"{k} {v:5.1f}" for k, v in sorted(cpu.items()))
                     print(f"round {r + 1}  {res['tree']:<24} {kind:<8} {m['rows_per_s']:>9,.0f} rows/s   CPU us/row: {cpu_s}")
+    for kind in ("outside", "spark"):
+        for tree in args.trees:
+            runs = [m for res in results if res["tree"] == str(Path(tree).resolve()) for m in res[kind]]
+            if runs:
+                rates = sorted(m["rows_per_s"] for m in runs)
+                cpus = sorted(m["cpu_us_per_row"] if kind == "outside" else m["cpu_us_per_row"].get("workers", 0.0) for m in runs)
+                print(f"median   {str(Path(tree).resolve()):<24} {kind:<8} {rates[len(rates) // 2]:>9,.0f} rows/s   "
+                      f"CPU us/row{' (workers)' if kind == 'spark' else ''}: {cpus[len(cpus) // 2]:5.1f}   ({len(runs)} reads)")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0
