@@ -298,7 +298,10 @@ class Session:
             try:
                 receive_msg(msg, now)
             except Exception as exc:  # noqa: BLE001
-                self._settle_slot(slot)  # what the messages before this one produced
+                # What the messages before this one produced, a run's earlier messages included
+                # (a run is the first call of its read: the slot may not be touched yet).
+                slot.touched = True
+                self._settle_slot(slot)
                 self._fail(slot, exc, "internal error")
                 return
             if not slot.touched:

@@ -16,14 +16,15 @@ deliveries become :class:`WatchChanged` events on the I/O thread.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, ClassVar, Final, Generic, TypeVar
 
 import msgspec
 
 from .errors import InvalidOptionError
 from .headers import Headers
-from .ordered import OrderedConsumerCreated, OrderedMachine, OrderedMessageDelivered
-from .protocol import MsgReceived
+from .ordered import OrderedConsumerCreated, OrderedMachine, OrderedMessageDelivered, OrderedMessagesDelivered
+from .protocol import MsgReceived, MsgsReceived
+from .times import from_unix_ns
 from .pull import ConsumeOptions, MessagesTaken, resolve_consume_options
 from .validate import check_bool
 
@@ -144,7 +145,8 @@ class WatchMachine(Generic[T]):
     through a :class:`WatchState` on the I/O thread.
 
     Everything but the events is the ordered machine's (creates, pulls, resets, reconnects,
-    timers). Its ``OrderedMessageDelivered`` become :class:`WatchChanged` (and the marker);
+    timers, runs of deliveries). Its ``OrderedMessageDelivered`` and
+    ``OrderedMessagesDelivered`` become :class:`WatchChanged` (and the marker);
     its ``OrderedConsumerCreated`` may become the marker; every other event passes through.
     A delivery the application never sees (a delete left out by ``ignore_deletes``, a repeated
     sequence, a message that is not an item) is reported taken at once, so the consume's buffer
@@ -153,6 +155,9 @@ class WatchMachine(Generic[T]):
     """
 
     __slots__ = ("inner", "state", "_now")
+
+    RUN_CURSORS: ClassVar[bool] = True
+    """As the ordered machine's: the session arms the inbox for runs read by the delivery lane."""
 
     def __init__(self, inner: OrderedMachine, state: WatchState[T], now: float) -> None:
         self.inner = inner
@@ -166,6 +171,10 @@ class WatchMachine(Generic[T]):
     def receive_msg(self, msg: MsgReceived, now: float) -> None:
         self._now = now
         self.inner.receive_msg(msg, now)
+
+    def receive_msgs(self, run: MsgsReceived, now: float) -> None:
+        self._now = now
+        self.inner.receive_msgs(run, now)
 
     def handle(self, command: object, now: float) -> None:
         self._now = now
@@ -189,11 +198,23 @@ class WatchMachine(Generic[T]):
             for e in events:
                 cls = e.__class__
                 if cls is OrderedMessageDelivered:
-                    m = e.msg
                     md = e.metadata
-                    items = state.delivered(
-                        m.subject, m.data, m.headers, md.sequence.stream, md.timestamp, md.num_pending
-                    )
+                    delivered: Any = ((e.msg, md.sequence.stream, md.timestamp, md.num_pending),)
+                elif cls is OrderedMessagesDelivered:
+                    # (each message's ack subject is a v1 one the run's check read: its last token
+                    # is the pending count, its stamp gives the time MsgMetadata would)
+                    delivered = [
+                        (m, seq, from_unix_ns(stamp), int(m.reply[m.reply.rfind(".") + 1 :]))
+                        for m, seq, stamp in zip(e.msgs, e.stream_seqs, e.stamps)
+                    ]
+                elif cls is OrderedConsumerCreated:
+                    out.extend(WatchChanged(entry=None) for _ in state.created(e.num_pending))
+                    continue
+                else:
+                    out.append(e)
+                    continue
+                for m, seq, timestamp, num_pending in delivered:
+                    items = state.delivered(m.subject, m.data, m.headers, seq, timestamp, num_pending)
                     if state.skipped:
                         out.extend(WatchSkipped(subject=s, reason=r) for s, r in state.skipped)
                         state.skipped.clear()
@@ -202,10 +223,6 @@ class WatchMachine(Generic[T]):
                         unseen_size += m.size
                     for i in items:
                         out.append(WatchChanged(entry=i, size=m.size if i is not None else 0))
-                elif cls is OrderedConsumerCreated:
-                    out.extend(WatchChanged(entry=None) for _ in state.created(e.num_pending))
-                else:
-                    out.append(e)
             if not unseen or self.inner.finished or self.inner.broken:
                 return out  # (broken: the session reports its error; what was decided goes first)
             self.inner.handle(MessagesTaken(count=unseen, size=unseen_size), self._now)

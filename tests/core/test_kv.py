@@ -365,6 +365,83 @@ def test_watch_machine_without_takes_a_full_buffer_waits() -> None:
     assert len(w.pulls()) == 2
 
 
+def _delivery(w: W, sseq: int, key: str, pending: int, op: str | None, data: bytes) -> MsgReceived:
+    reply = f"$JS.ACK.KV_B.{w.cursor.name}.1.{sseq}.{sseq}.{1700000000000000000 + sseq * 1001}.{pending}"
+    headers = parse_header_block(f"NATS/1.0\r\nKV-Operation: {op}\r\n\r\n".encode())[0] if op else None
+    return MsgReceived(f"$KV.B.{key}", 1, reply, data, headers, size=90 + len(data))
+
+
+_watch_step = st.one_of(
+    st.tuples(st.just("run"), st.lists(st.tuples(st.sampled_from(["a", "b", "c.d"]), st.sampled_from([None, "DEL", "PURGE"]),
+                                                 st.booleans()), min_size=1, max_size=6)),
+    st.tuples(st.just("take"), st.integers(min_value=1, max_value=4)),
+)
+
+
+@given(
+    options=st.sampled_from([WatchOptions(), WatchOptions(ignore_deletes=True), WatchOptions(meta_only=True),
+                             WatchOptions(include_history=True), WatchOptions(updates_only=True)]),
+    pending=st.integers(min_value=0, max_value=12),
+    steps=st.lists(_watch_step, max_size=6),
+)
+def test_a_watch_reads_runs_as_it_reads_their_messages_one_by_one(options: WatchOptions, pending: int, steps: list[Any]) -> None:
+    """Runs of deliveries (as the connection gives them, with or without the delivery lane's
+    cursors) give the same entries, marker, pulls and accounting as the same messages one by
+    one: the pending count and the time come from each message's ack subject."""
+    from jscore.jsmsg import ack_cursor
+    from jscore.protocol import MsgsReceived
+    from jscore.pull import MessagesTaken
+
+    ws = [W(options, max_messages=5) for _ in range(3)]
+    for w in ws:
+        w.created(pending)
+    seq, left = 0, pending
+    for kind, arg in steps:
+        if kind == "take":
+            for w in ws:
+                w.m.handle(MessagesTaken(count=arg, size=arg * 100), w.now)
+                w.pump()
+            continue
+        made = []
+        for key, op, keep_pending in arg:
+            seq += 1
+            left = left if keep_pending else max(0, left - 1)
+            made.append((seq, key, left, op, b"v%d" % seq))
+        one, run, lane = ws
+        for spec in made:
+            one.m.receive_msg(_delivery(one, *spec), one.now)
+            one.pump()
+        msgs = [_delivery(run, *spec) for spec in made]
+        run.m.receive_msgs(MsgsReceived(1, msgs, sum(m.size for m in msgs)), run.now)
+        run.pump()
+        msgs = [_delivery(lane, *spec) for spec in made]
+        lane.m.receive_msgs(MsgsReceived(1, msgs, sum(m.size for m in msgs), [ack_cursor(m.reply or "") for m in msgs]),
+                            lane.now)  # type: ignore[misc]
+        lane.pump()
+    want = [repr(c) for c in ws[0].changes]
+    for w in ws[1:]:
+        assert [repr(c) for c in w.changes] == want
+        assert [(x.subject, x.body) for x in w.pulls()] == [(x.subject, x.body) for x in ws[0].pulls()]
+        assert [repr(o) for o in w.other] == [repr(o) for o in ws[0].other]
+        assert w.m.inner.delivered == ws[0].m.inner.delivered
+
+
+def test_a_watch_run_gives_each_entry_its_time_and_delta() -> None:
+    from jscore.protocol import MsgsReceived
+
+    w = W(WatchOptions())
+    w.created(3)
+    msgs = [_delivery(w, 1, "a", 2, None, b"x"), _delivery(w, 2, "b", 1, "DEL", b""), _delivery(w, 3, "a", 0, None, b"y")]
+    w.m.receive_msgs(MsgsReceived(1, msgs, sum(m.size for m in msgs)), w.now)
+    w.pump()
+    assert w.shown() == [("a", 1, "PUT"), ("b", 2, "DEL"), ("a", 3, "PUT"), None]
+    entries = [c.entry for c in w.changes[:3]]
+    assert [e.delta for e in entries] == [2, 1, 0]
+    assert [e.value for e in entries] == [b"x", b"", b"y"]
+    assert entries[0].created == datetime(2023, 11, 14, 22, 13, 20, 1001 // 1000, tzinfo=timezone.utc)
+    assert entries[2].created == datetime(2023, 11, 14, 22, 13, 20, 3003 // 1000, tzinfo=timezone.utc)
+
+
 def test_a_missing_bucket_error_is_made_from_the_stream_error_once() -> None:
     from jscore.errors import BucketNotFoundError, StreamNotFoundError
 

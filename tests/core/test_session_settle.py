@@ -156,6 +156,10 @@ class BreakingOrdered(Recorder):
         assert msg.reply is not None
         self.events.append(OrderedMessageDelivered(msg=msg, metadata=parse_ack_subject(msg.reply)))
 
+    def receive_msgs(self, run: Any, now: float) -> None:
+        for msg in run.msgs:  # (a run means its messages one by one, as for OrderedMachine)
+            self.receive_msg(msg, now)
+
     def handle(self, command: Any, now: float) -> None:
         from jscore.errors import LocalProtocolError
 
