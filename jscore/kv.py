@@ -280,6 +280,11 @@ def operation_of(headers: Headers | None) -> KeyValueOp:
     anything else is a put and keeps its value. Header names match without regard to case."""
     if not headers:
         return KeyValueOp.PUT
+    block = headers._unsplit()
+    if block is not None:  # (not split yet: most messages name neither header, a watcher's every one)
+        low = block.lower()
+        if "kv-operation:" not in low and "nats-marker-reason:" not in low:
+            return KeyValueOp.PUT
     op = headers.get(KV_OPERATION)
     if op:
         return KeyValueOp.DEL if op == "DEL" else KeyValueOp.PURGE if op == "PURGE" else KeyValueOp.PUT

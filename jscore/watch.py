@@ -218,7 +218,7 @@ class WatchMachine(Generic[T]):
                     if state.skipped:
                         out.extend(WatchSkipped(subject=s, reason=r) for s, r in state.skipped)
                         state.skipped.clear()
-                    if not any(i is not None for i in items):
+                    if not items or items[0] is None:  # (no item: nothing, or only the marker)
                         unseen += 1
                         unseen_size += m.size
                     for i in items:

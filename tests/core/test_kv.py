@@ -143,6 +143,19 @@ def test_operation_of_reads_headers_as_nats_go(headers: dict[str, str], op: KeyV
     assert entry.operation is op and entry.value == (b"value" if op is KeyValueOp.PUT else b"")
 
 
+@given(st.lists(st.tuples(
+    st.sampled_from(["KV-Operation", "kv-operation", "Nats-Marker-Reason", "NATS-MARKER-REASON", "X-KV-Operation",
+                     "Nats-Msg-Size", "Other"]),
+    st.sampled_from(["DEL", "PURGE", "Remove", "MaxAge", "Purge", "", "1", "x KV-Operation: DEL", "Nats-Marker-Reason:"]),
+), max_size=4))
+def test_operation_of_reads_an_unsplit_block_as_its_pairs(pairs: list[tuple[str, str]]) -> None:
+    """A block not split yet is read without splitting when it names neither header; the same
+    operation as its pairs give."""
+    block = ("NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" if v else f"{k}:\r\n" for k, v in pairs) + "\r\n").encode()
+    parsed, _, _ = parse_header_block(block)
+    assert K.operation_of(parsed) is K.operation_of(Headers(parse_header_block(block)[0].items()))
+
+
 def test_entries() -> None:
     e = K.entry_from_stored("B", "$KV.B.a.b", 7, b"v", None, T0)
     assert (e.bucket, e.key, e.value, e.revision, e.created, e.delta, e.operation) == (
@@ -386,8 +399,8 @@ _watch_step = st.one_of(
 )
 def test_a_watch_reads_runs_as_it_reads_their_messages_one_by_one(options: WatchOptions, pending: int, steps: list[Any]) -> None:
     """Runs of deliveries (as the connection gives them, with or without the delivery lane's
-    cursors) give the same entries, marker, pulls and accounting as the same messages one by
-    one: the pending count and the time come from each message's ack subject."""
+    cursors) give the same entries, marker, notifications and buffer accounting as the same
+    messages one by one: the pending count and the time come from each message's ack subject."""
     from jscore.jsmsg import ack_cursor
     from jscore.protocol import MsgsReceived
     from jscore.pull import MessagesTaken
@@ -421,9 +434,13 @@ def test_a_watch_reads_runs_as_it_reads_their_messages_one_by_one(options: Watch
     want = [repr(c) for c in ws[0].changes]
     for w in ws[1:]:
         assert [repr(c) for c in w.changes] == want
-        assert [(x.subject, x.body) for x in w.pulls()] == [(x.subject, x.body) for x in ws[0].pulls()]
         assert [repr(o) for o in w.other] == [repr(o) for o in ws[0].other]
         assert w.m.inner.delivered == ws[0].m.inner.delivered
+        # (what the application never sees is reported taken after each message one by one, after
+        # the whole run in a run: the pulls' sizes may differ, what is buffered after it may not)
+        assert (w.m.inner._buffered_messages, w.m.inner._buffered_bytes) == (
+            ws[0].m.inner._buffered_messages, ws[0].m.inner._buffered_bytes)
+        assert bool(w.pulls()) == bool(ws[0].pulls())
 
 
 def test_a_watch_run_gives_each_entry_its_time_and_delta() -> None:
