@@ -364,7 +364,7 @@ def checked_block_headers(text: str) -> Headers:
 
 def common_block_re(value_char: str) -> str:
     """A header block of one or more lines of the common form, values made of ``value_char``
-    (narrower than :func:`parse_header_block` allows), whose first line is not ``Nats-Stream:``:
+    (narrower than :func:`parse_header_block` allows), that does not start ``Nats-Stream: ``:
     a block :func:`parse_header_block` reads as checked, with no direct get layout to look for.
     (The connection's delivery lane matches it as bytes.)"""
     return r"NATS/1\.0\r\n(?!Nats-Stream: )(?:" + _TOKEN_RE + ":" + value_char + r"*+(?<![ \t])\r\n)++\r\n"

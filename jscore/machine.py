@@ -28,8 +28,9 @@ mean exactly what its frames fed to ``receive_msg`` one by one would:
 ``receive_acks(run, now)``     PubAcks of a publish window's ``<inbox>.*`` (``AcksReceived``)
 ``receive_msgs(run, now)``     messages in a row, no status among them (``MsgsReceived``):
                                a fetch, a consume, an ordered consumer (with a true
-                               ``RUN_CURSORS`` class attribute, the delivery lane reads
-                               the runs and gives each message's ack cursor)
+                               ``RUN_CURSORS`` class attribute, the runs the delivery
+                               lane reads carry each message's ack cursor; runs read
+                               the general way have ``cursors`` None)
 ``receive_direct(run, now)``   direct get replies in the server's exact form
                                (``DirectRepliesReceived``): a batched direct get
 =============================  ==============================================================

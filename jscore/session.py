@@ -301,8 +301,10 @@ class Session:
                 # What the messages before this one produced, a run's earlier messages included
                 # (a run is the first call of its read: the slot may not be touched yet).
                 slot.touched = True
-                self._settle_slot(slot)
-                self._fail(slot, exc, "internal error")
+                try:
+                    self._settle_slot(slot)
+                finally:  # (a sink that raises there must not leave the broken machine attached)
+                    self._fail(slot, exc, "internal error")
                 return
             if not slot.touched:
                 slot.touched = True

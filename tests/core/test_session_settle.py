@@ -185,6 +185,32 @@ def test_a_watcher_that_breaks_mid_read_hands_over_the_earlier_changes_and_the_r
     assert isinstance(got[-1], MachineFailed) and got[-1].error is inner.error, got
 
 
+def test_a_machine_that_breaks_inside_a_run_is_ended_even_when_the_sink_raises() -> None:
+    class RunRecorder(Recorder):
+        def receive_msgs(self, run: Any, now: float) -> None:
+            for msg in run.msgs:  # (a run means its messages one by one)
+                self.receive_msg(msg, now)
+
+    s = connected()
+    calls: list[Any] = []
+
+    def sink(e: Any) -> None:
+        calls.append(e)
+        if len(calls) == 1:
+            raise ValueError("a broken sink")
+
+    m = RunRecorder(breaks_on=3)
+    slot = s.attach(m, sink, 0.0)
+    s.data_to_send()
+    sid = s._slots[slot].sid
+    try:
+        s.receive_data(frames(s.inbox_of(slot), sid, [b"a", b"b", b"c"]), 1.0)
+    except ValueError:
+        pass
+    assert calls[0] == b"a"
+    assert slot not in s._slots and sid not in s._routes  # (ended: no broken machine left attached)
+
+
 def test_a_sink_that_raises_leaves_the_other_machines_to_the_next_read() -> None:
     s = connected()
 
