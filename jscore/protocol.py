@@ -631,12 +631,9 @@ class Parser:
                 sid = sids.get(sid_b)
                 if sid is None:
                     sid = _decode_sid(sid_b, "MSG")
-                if deliveries and sid in deliveries:
-                    after = self._delivery_run(buf, pos, append)
-                    if after != pos:
-                        pos = after
-                        run = None
-                        continue
+                if deliveries and sid in deliveries and (after := self._delivery_run(buf, pos, append)) != pos:
+                    pos, run = after, None  # (the delivery lane read this frame and those after it)
+                    continue
                 start = end + 2
                 stop = start + size
                 if stop + 2 > n:
@@ -683,12 +680,9 @@ class Parser:
                 sid = sids.get(sid_b)
                 if sid is None:
                     sid = _decode_sid(sid_b, "HMSG")
-                if deliveries and sid in deliveries:
-                    after = self._delivery_run(buf, pos, append)
-                    if after != pos:
-                        pos = after
-                        run = None
-                        continue
+                if deliveries and sid in deliveries and (after := self._delivery_run(buf, pos, append)) != pos:
+                    pos, run = after, None  # (the delivery lane read this frame and those after it)
+                    continue
                 start = end + 2
                 stop = start + size
                 if stop + 2 > n:
