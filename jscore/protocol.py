@@ -202,7 +202,8 @@ class AckLane:
 
     Deliveries (:meth:`arm_runs` with ``cursors``: an ordered consumer's inbox): a run of
     JetStream deliveries in the form nats-server writes them (a v1 ack subject with numbers of at
-    most 19 digits, no headers or header lines of the common form in printable ASCII) is read by
+    most 19 digits; no headers, or header lines of the common form in printable ASCII and tabs
+    that do not start with ``Nats-Stream: ``) is read by
     one match per frame into one :class:`MsgsReceived` with :attr:`MsgsReceived.cursors`; the
     messages are the ones the general way makes of the same frames. Anything else (a status, a
     v2 ack subject, a subject outside ASCII, other spacing, a size that does not add up) goes
