@@ -41,7 +41,7 @@ import re
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 try:
     from pyspark.sql.datasource import (
@@ -148,6 +148,7 @@ __all__ = [
 ]
 
 _log = logging.getLogger("jssync.spark")
+_T = TypeVar("_T")
 
 SCHEMA: Final = (
     "subject string, data binary, headers map<string,array<string>>, stream string, seq long, timestamp timestamp"
@@ -714,12 +715,17 @@ def iter_range(
     """Every stored message (of ``subjects``, if any) with a sequence in ``[start, end]``, in
     order, read with an ordered consumer that is deleted at the end (also when the caller stops
     early). Stops by sequence; a short no-wait pull or ``num_pending == 0`` ends it early."""
-    batches = _iter_ordered(js, stream, subjects, start, end, fetch_batch, records=False)
+    return _one_by_one(_iter_ordered(js, stream, subjects, start, end, fetch_batch, records=False))
+
+
+def _one_by_one(batches: Generator[list[_T], None, None]) -> Generator[_T, None, None]:
+    """The items of ``batches`` one at a time; closing this closes ``batches`` at once (also when
+    the caller stops early: a read's ordered consumer is deleted then, not when collected)."""
     try:
-        for msgs in batches:
-            yield from msgs
+        for items in batches:
+            yield from items
     finally:
-        batches.close()  # (at once, also when the caller stops early: deletes the consumer)
+        batches.close()
 
 
 def _iter_ordered(
@@ -1015,12 +1021,7 @@ message (:func:`_headers_array`, :func:`_stamp_array`)."""
 
 def iter_range_records(*args: Any, **kwargs: Any) -> Generator[Record, None, None]:
     """:func:`iter_range_batches` (the same arguments) one :data:`Record` at a time."""
-    batches = iter_range_batches(*args, **kwargs)
-    try:
-        for records in batches:
-            yield from records
-    finally:
-        batches.close()
+    return _one_by_one(iter_range_batches(*args, **kwargs))
 
 
 def iter_range_batches(
@@ -1074,14 +1075,9 @@ def iter_range_batches(
     yield from _iter_ordered(js, stream, subjects, cursor, end, batch or DEFAULT_FETCH_BATCH, records=True)
 
 
-def _range_records(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterator[Record]:
+def _range_records(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Generator[Record, None, None]:
     """:func:`_range_batches` one :data:`Record` at a time."""
-    batches = _range_batches(config, ropts, part)
-    try:
-        for records in batches:
-            yield from records
-    finally:
-        batches.close()
+    return _one_by_one(_range_batches(config, ropts, part))
 
 
 def _range_batches(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Generator[list[Record], None, None]:
