@@ -23,7 +23,9 @@ of a task), or taken from a column (``msg_id_column``). See docs/spark.md.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterable, Sequence
+import itertools
+import sys
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from jscore.errors import InvalidOptionError
@@ -244,6 +246,11 @@ def publish_partition(
     ``value_format="json"`` serialises each row instead of taking a data column: its ``value``
     field when that is a struct, else every field but the subject and headers ones (as the data
     source's ``valueFormat=json``); ``value_format="string"`` writes the data column as text.
+
+    ``rows`` may also be Arrow record batches, as ``df.mapInArrow`` hands them over: they are
+    converted a column at a time, as the ``jetstream`` data source's sink converts them, instead
+    of Spark building a ``Row`` per row (the fast way: see docs/spark.md). The first batch's
+    schema is checked as the sink checks the DataFrame's, before anything is published.
     """
     require_spark()
     config, wo = make_configs(servers, subject, options)
@@ -260,7 +267,49 @@ def publish_partition(
         if ctx is None:
             raise InvalidOptionError("partition_id: not running in a Spark task (no TaskContext); pass partition_id")
         partition_id = int(ctx.partitionId())
-    return write_rows(payload_rows(rows, wo), config, wo, write_id=run_id, partition_id=partition_id)
+    items = iter(rows)
+    first = next(items, _NO_ROW)
+    if first is _NO_ROW:
+        return write_rows((), config, wo, write_id=run_id, partition_id=partition_id)
+    if _is_record_batch(first):
+        todo = _arrow_partition(first, items, wo)
+    else:
+        todo = payload_rows(itertools.chain((first,), items), wo)
+    return write_rows(todo, config, wo, write_id=run_id, partition_id=partition_id)
+
+
+_NO_ROW = object()
+
+
+def _is_record_batch(value: object) -> bool:
+    """Whether ``value`` is a ``pyarrow.RecordBatch`` (never imports pyarrow: a batch implies
+    it is loaded)."""
+    pa = sys.modules.get("pyarrow")
+    return pa is not None and isinstance(value, pa.RecordBatch)
+
+
+def _arrow_partition(first: Any, rest: Iterator[Any], wo: WriteOptions) -> Iterator[Any]:
+    """The rows of a partition handed over as Arrow record batches (``mapInArrow``), in the
+    shapes the partition writer takes: the first batch's columns are checked as the data source
+    checks a DataFrame's (the JSON plan made from them), then every batch is converted a column
+    at a time (:func:`jssync.spark.datasource.arrow_rows`)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from .datasource import arrow_rows, plan_write_columns
+
+    plan = plan_write_columns(from_arrow_schema(first.schema), wo)
+
+    def batches() -> Iterator[Any]:
+        yield first
+        for i, batch in enumerate(rest, 1):
+            if not _is_record_batch(batch):
+                raise InvalidOptionError(
+                    f"rows: item {i} of the partition is a {type(batch).__name__}, after Arrow record batches: "
+                    "hand over a partition either as record batches (mapInArrow) or as rows"
+                )
+            yield batch
+
+    return arrow_rows(batches(), wo, plan)
 
 
 # --------------------------------------------------------------------------- writeStream.foreach

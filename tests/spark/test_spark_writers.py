@@ -82,6 +82,28 @@ def test_publish_partition_writes_exactly_n(spark: Any, nats_url: str, js: Any, 
     assert _count(js, names.stream) == N
 
 
+def test_publish_partition_through_map_in_arrow(spark: Any, nats_url: str, js: Any, names: Any) -> None:
+    """``mapInArrow`` hands publish_partition record batches: every row is stored once, with the
+    msg ids foreachPartition gives the same rows (the same job through foreachPartition then
+    stores nothing new)."""
+    js.create_stream(name=names.stream, subjects=[names.subject + ".>"])
+    subject = names.subject + ".arrow"
+    df = spark.range(0, N, numPartitions=4).selectExpr("cast(id as string) as data")
+    run, url = make_write_id(), nats_url
+
+    def publish(batches: Any) -> Any:
+        import pyarrow as pa
+
+        n = publish_partition(batches, servers=url, subject=subject, run_id=run)
+        yield pa.RecordBatch.from_pydict({"written": [n]})
+
+    assert df.mapInArrow(publish, "written long").groupBy().sum("written").first()[0] == N
+    assert _count(js, names.stream) == N
+    assert sorted(int(d) for d in _payloads(js, names.stream, N)) == list(range(N))
+    df.foreachPartition(lambda rows: publish_partition(rows, servers=url, subject=subject, run_id=run))
+    assert _count(js, names.stream) == N
+
+
 def test_task_failing_after_half_its_rows_is_retried_without_duplicates(
     spark: Any, nats_url: str, js: Any, names: Any, tmp_path: Path
 ) -> None:

@@ -1022,6 +1022,55 @@ def test_publish_partition_and_foreach_writer_value_format(server: NatsServer) -
     writer.close(InvalidOptionError("x"))
 
 
+def test_publish_partition_takes_arrow_record_batches(server: NatsServer) -> None:
+    """Record batches (what ``mapInArrow`` hands over) are written as the same rows given as
+    tuples would be: same msg ids (so one hand-off after the other stores nothing new), subjects,
+    headers and payload formats; the first batch's columns are checked before anything is sent."""
+    pytest.importorskip("pyspark")
+    pa = pytest.importorskip("pyarrow")
+    from jssync.spark import publish_partition
+
+    js = _js(server.url)
+    js.create_stream(name="ARW", subjects=["arw.>"])
+    headers_t = pa.map_(pa.string(), pa.list_(pa.string()))
+    cols = {
+        "data": pa.array([b"a", None, b"c", b"d"], pa.binary()),
+        "subject": pa.array(["arw.1", "arw.2", "arw.1", "arw.3"]),
+        "headers": pa.array([[("K", ["v", "w"])], None, [], [("K", ["x"])]], headers_t),
+    }
+    batch = pa.RecordBatch.from_pydict(cols)
+    assert publish_partition([batch.slice(0, 3), batch.slice(3)], servers=server.url, run_id="arw1", partition_id=0) == 4
+    stream = js.stream("ARW")
+    got = [stream.get_msg(s) for s in (1, 2, 3, 4)]
+    assert [m.subject for m in got] == ["arw.1", "arw.2", "arw.1", "arw.3"]
+    assert [m.data for m in got] == [b"a", b"", b"c", b"d"]
+    assert got[0].headers is not None and got[0].headers.get_all("K") == ["v", "w"]
+    assert [m.headers.get("Nats-Msg-Id") if m.headers else None for m in got] == [f"arw1-0-{i}" for i in range(4)]
+    # The same rows as tuples, same run id: the same msg ids, nothing stored again.
+    tuples = [(b"a", "arw.1", {"K": ["v", "w"]}, None), (b"", "arw.2", None, None), (b"c", "arw.1", None, None),
+              (b"d", "arw.3", {"K": ["x"]}, None)]
+    assert publish_partition(tuples, servers=server.url, run_id="arw1", partition_id=0) == 4
+    assert stream.info().state.messages == 4
+
+    numbers = pa.RecordBatch.from_pydict({"id": [1, 2], "k": ["x", "y"]})
+    assert publish_partition([numbers], servers=server.url, subject="arw.j", run_id="arw2", partition_id=0,
+                             value_format="json") == 2
+    assert publish_partition([numbers], servers=server.url, subject="arw.s", run_id="arw3", partition_id=0,
+                             value_format="string", data_column="id") == 2
+    assert [stream.get_msg(s).data for s in (5, 6, 7, 8)] == [b'{"id":1,"k":"x"}', b'{"id":2,"k":"y"}', b"1", b"2"]
+
+    with pytest.raises(InvalidOptionError, match="^dataColumn: the DataFrame has no column 'data'"):
+        publish_partition([numbers], servers=server.url, subject="arw.x", run_id="arw4", partition_id=0)
+    with pytest.raises(InvalidOptionError, match="^dataColumn: column 'id' is bigint; it must be binary or string"):
+        publish_partition([numbers], servers=server.url, subject="arw.x", run_id="arw5", partition_id=0,
+                          data_column="id")
+    with pytest.raises(InvalidOptionError, match="^subject: no subject option and the DataFrame has no column"):
+        publish_partition([numbers], servers=server.url, run_id="arw6", partition_id=0, value_format="json")
+    assert stream.info().state.messages == 8  # nothing sent for a refused schema
+    with pytest.raises(InvalidOptionError, match="^rows: item 1 of the partition is a tuple, after Arrow record"):
+        publish_partition([batch, (b"x", "arw.9", None, None)], servers=server.url, run_id="arw7", partition_id=0)
+
+
 def test_arrow_rows_converts_large_batches_a_slice_at_a_time() -> None:
     """A batch of more than _SLICE_ROWS rows gives the same rows, in order, as converting it
     whole, and no more than a slice of them exists as Python objects at a time."""
