@@ -10,6 +10,7 @@ Run on demand (not in CI), with the dev virtualenv (pyspark, pyarrow, a Java 17+
     .venv/bin/nats-server -js -p 14222 -sd /tmp/store &
     .venv/bin/python bench/bench_spark_read.py --server nats://127.0.0.1:14222 --rows 200000 /path/to/before .
     .venv/bin/python bench/bench_spark_read.py --server URL --no-spark --rounds 6 --reps 2 /path/to/before .
+    .venv/bin/python bench/bench_spark_read.py --server URL --rounds 1 --floors .   # beside Spark's floors
 
 The stream (``--stream``, made once if absent) holds ``--rows`` messages of 128 B, each with a
 ``Nats-Msg-Id`` as the Spark writers store them. Each tree runs in its own process, from its own
@@ -121,14 +122,28 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
         df = spark.read.format("jetstream").option("servers", args.server).option("stream", args.stream)
         df = (df.option("directGet", "true") if args.direct else df).load()
         df.count()
+        reads = {"spark": df}
+        if args.floors:
+            # Spark's floors of bench_spark.py, the same rows from memory (no server): what the
+            # JVM and the workers cost when nothing is read from the wire.
+            sys.path.insert(0, str(HERE))
+            from bench_spark import floor_source
+
+            parts = df.rdd.getNumPartitions()
+            spark.dataSource.register(floor_source(args.stream, f"benchread.{args.stream}", "floor", args.rows, parts, 128))
+            for kind, arrow in (("floor-tuples", "false"), ("floor-arrow", "true")):
+                reads[kind] = spark.read.format("jssync_bench_floor").option("arrow", arrow).load()
+                reads[kind].count()
+                out[kind] = []
         for _ in range(args.reps):
-            c0, t0 = _cpu_by_kind(os.getpid()), time.perf_counter()
-            n = df.count()
-            t, c1 = time.perf_counter() - t0, _cpu_by_kind(os.getpid())
-            if n != args.rows:
-                raise RuntimeError(f"count() = {n}, expected {args.rows}")
-            cpu = {k: (c1.get(k, 0.0) - c0.get(k, 0.0)) / n * 1e6 for k in c1}
-            out["spark"].append({"rows": n, "rows_per_s": n / t, "cpu_us_per_row": cpu})
+            for kind, frame in reads.items():
+                c0, t0 = _cpu_by_kind(os.getpid()), time.perf_counter()
+                n = frame.count()
+                t, c1 = time.perf_counter() - t0, _cpu_by_kind(os.getpid())
+                if n != args.rows:
+                    raise RuntimeError(f"{kind}: count() = {n}, expected {args.rows}")
+                cpu = {k: (c1.get(k, 0.0) - c0.get(k, 0.0)) / n * 1e6 for k in c1}
+                out[kind].append({"rows": n, "rows_per_s": n / t, "cpu_us_per_row": cpu})
     finally:
         spark.stop()
     return out
@@ -143,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3, help="measured reads per tree and round (3)")
     p.add_argument("--rounds", type=int, default=2, help="rounds, the trees in turn (2)")
     p.add_argument("--direct", action="store_true", help="read with batched direct gets")
+    p.add_argument("--floors", action="store_true", help="also count Spark's floors (bench_spark.py's sources of the "
+                   "same rows from memory, as tuples and as Arrow batches) after each read, CPU per process alike")
     p.add_argument("--outside", action="store_true", help="also time read_partition outside Spark")
     p.add_argument("--no-spark", action="store_true", help="only the reads outside Spark (implies --outside; many short "
                    "rounds compare trees on a machine whose speed drifts)")
@@ -162,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 sys.executable, str(HERE / "bench_spark_read.py"), "--child", "--server", args.server, "--stream",
                 args.stream, "--rows", str(args.rows), "--reps", str(args.reps),
                 *(["--direct"] if args.direct else []), *(["--outside"] if args.outside else []),
-                *(["--no-spark"] if args.no_spark else []), ".",
+                *(["--no-spark"] if args.no_spark else []), *(["--floors"] if args.floors else []), ".",
             ]  # fmt: skip
             done = subprocess.run(cmd, cwd=Path(tree).resolve(), capture_output=True, text=True, check=False)
             if done.returncode != 0:
@@ -170,19 +187,19 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             res = json.loads(done.stdout.strip().splitlines()[-1])
             results.append({"round": r + 1, **res})
-            for kind in ("outside", "spark"):
-                for m in res[kind]:
+            for kind in ("outside", "spark", "floor-tuples", "floor-arrow"):
+                for m in res.get(kind, ()):
                     cpu = m["cpu_us_per_row"]
                     cpu_s = f"{cpu:5.1f}" if isinstance(cpu, float) else "  ".join(f"{k} {v:5.1f}" for k, v in sorted(cpu.items()))
-                    print(f"round {r + 1}  {res['tree']:<24} {kind:<8} {m['rows_per_s']:>9,.0f} rows/s   CPU us/row: {cpu_s}")
-    for kind in ("outside", "spark"):
+                    print(f"round {r + 1}  {res['tree']:<24} {kind:<12} {m['rows_per_s']:>9,.0f} rows/s   CPU us/row: {cpu_s}")
+    for kind in ("outside", "spark", "floor-tuples", "floor-arrow"):
         for tree in args.trees:
-            runs = [m for res in results if res["tree"] == str(Path(tree).resolve()) for m in res[kind]]
+            runs = [m for res in results if res["tree"] == str(Path(tree).resolve()) for m in res.get(kind, ())]
             if runs:
                 rates = sorted(m["rows_per_s"] for m in runs)
                 cpus = sorted(m["cpu_us_per_row"] if kind == "outside" else m["cpu_us_per_row"].get("workers", 0.0) for m in runs)
-                print(f"median   {str(Path(tree).resolve()):<24} {kind:<8} {rates[len(rates) // 2]:>9,.0f} rows/s   "
-                      f"CPU us/row{' (workers)' if kind == 'spark' else ''}: {cpus[len(cpus) // 2]:5.1f}   ({len(runs)} reads)")
+                print(f"median   {str(Path(tree).resolve()):<24} {kind:<12} {rates[len(rates) // 2]:>9,.0f} rows/s   "
+                      f"CPU us/row{' (workers)' if kind != 'outside' else ''}: {cpus[len(cpus) // 2]:5.1f}   ({len(runs)} reads)")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0

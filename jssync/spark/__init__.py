@@ -1,6 +1,7 @@
 """PySpark integration: exactly-once writers and the ``jetstream`` data source.
 
-Needs the ``spark`` extra (``pip install -e '.[spark]'`` in the jssync checkout: pyspark >= 4.0 and pyarrow). The
+Needs the ``spark`` extra (``pip install -e '.[spark]'`` in the jssync checkout: pyspark >= 4.0, pyarrow and
+pandas, which PySpark asks for in ``mapInArrow``). The
 package itself imports without them, so configs can be built and checked anywhere; every Spark
 entry point raises an :class:`ImportError` saying what to install when they are missing.
 
@@ -271,8 +272,13 @@ def publish_partition(
     first = next(items, _NO_ROW)
     if first is _NO_ROW:
         return write_rows((), config, wo, write_id=run_id, partition_id=partition_id)
-    if _is_record_batch(first):
+    if _is_arrow(first):
         todo = _arrow_partition(first, items, wo)
+    elif _is_pandas_frame(first):
+        raise InvalidOptionError(
+            "rows: a pandas DataFrame (mapInPandas?): hand a partition over as Arrow record batches "
+            "(df.mapInArrow) or as rows (df.foreachPartition)"
+        )
     else:
         todo = payload_rows(itertools.chain((first,), items), wo)
     return write_rows(todo, config, wo, write_id=run_id, partition_id=partition_id)
@@ -281,33 +287,49 @@ def publish_partition(
 _NO_ROW = object()
 
 
-def _is_record_batch(value: object) -> bool:
-    """Whether ``value`` is a ``pyarrow.RecordBatch`` (never imports pyarrow: a batch implies
-    it is loaded)."""
+def _is_arrow(value: object) -> bool:
+    """Whether ``value`` is a ``pyarrow.RecordBatch`` or ``Table`` (never imports pyarrow: one
+    implies it is loaded)."""
     pa = sys.modules.get("pyarrow")
-    return pa is not None and isinstance(value, pa.RecordBatch)
+    return pa is not None and isinstance(value, (pa.RecordBatch, pa.Table))
+
+
+def _is_pandas_frame(value: object) -> bool:
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(value, pd.DataFrame)
 
 
 def _arrow_partition(first: Any, rest: Iterator[Any], wo: WriteOptions) -> Iterator[Any]:
-    """The rows of a partition handed over as Arrow record batches (``mapInArrow``), in the
-    shapes the partition writer takes: the first batch's columns are checked as the data source
-    checks a DataFrame's (the JSON plan made from them), then every batch is converted a column
-    at a time (:func:`jssync.spark.datasource.arrow_rows`)."""
+    """The rows of a partition handed over as Arrow record batches (``mapInArrow``; tables are
+    read as their batches), in the shapes the partition writer takes: the first one's columns
+    are checked as the data source checks a DataFrame's (the JSON plan made from them), then
+    every batch is converted a column at a time (:func:`jssync.spark.datasource.arrow_rows`)."""
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from .datasource import arrow_rows, plan_write_columns
 
-    plan = plan_write_columns(from_arrow_schema(first.schema), wo)
+    schema = first.schema
+    if wo.value_format != "json":  # (only the columns the writer reads: any others may be of any type)
+        read = {wo.data_column, wo.subject_column, wo.headers_column, wo.msg_id_column}
+        schema = pa.schema([f for f in schema if f.name in read])
+    try:
+        struct = from_arrow_schema(schema)
+    except Exception as exc:  # noqa: BLE001 - pyspark's own type error: a column Spark has no type for
+        raise InvalidOptionError(f"rows: the record batches have a column Spark cannot take: {exc}") from exc
+    plan = plan_write_columns(struct, wo)
 
     def batches() -> Iterator[Any]:
-        yield first
-        for i, batch in enumerate(rest, 1):
-            if not _is_record_batch(batch):
+        for i, item in enumerate(itertools.chain((first,), rest)):
+            if item.__class__ is pa.RecordBatch:
+                yield item
+            elif isinstance(item, pa.Table):
+                yield from item.to_batches()
+            else:
                 raise InvalidOptionError(
-                    f"rows: item {i} of the partition is a {type(batch).__name__}, after Arrow record batches: "
+                    f"rows: item {i} of the partition is a {type(item).__name__}, after Arrow record batches: "
                     "hand over a partition either as record batches (mapInArrow) or as rows"
                 )
-            yield batch
 
     return arrow_rows(batches(), wo, plan)
 

@@ -1067,6 +1067,28 @@ def test_publish_partition_takes_arrow_record_batches(server: NatsServer) -> Non
     with pytest.raises(InvalidOptionError, match="^subject: no subject option and the DataFrame has no column"):
         publish_partition([numbers], servers=server.url, run_id="arw6", partition_id=0, value_format="json")
     assert stream.info().state.messages == 8  # nothing sent for a refused schema
+
+    # Tables are read as their batches; a column the writer does not read may be of a type
+    # Spark has none for, one it reads may not (a typed error, nothing sent).
+    table = pa.Table.from_batches([batch.slice(0, 2), batch.slice(2)]).append_column("odd", pa.array([1, 2, 3, 4], pa.uint8()))
+    assert publish_partition([table], servers=server.url, run_id="arw8", partition_id=0) == 4
+    assert [stream.get_msg(s).data for s in range(9, 13)] == [b"a", b"", b"c", b"d"]
+    assert [stream.get_msg(s).headers.get("Nats-Msg-Id") for s in range(9, 13)] == [f"arw8-0-{i}" for i in range(4)]
+    odd = pa.RecordBatch.from_pydict({"data": pa.array([1], pa.uint8())})
+    with pytest.raises(InvalidOptionError, match="^rows: the record batches have a column Spark cannot take"):
+        publish_partition([odd], servers=server.url, subject="arw.x", run_id="arw9", partition_id=0, value_format="string")
+    pd = pytest.importorskip("pandas")
+    with pytest.raises(InvalidOptionError, match="^rows: a pandas DataFrame"):
+        publish_partition([pd.DataFrame({"data": [b"x"]})], servers=server.url, subject="arw.x", run_id="arw10",
+                          partition_id=0)
+    # An empty partition, and one whose first batch has no rows.
+    assert publish_partition(iter([]), servers=server.url, subject="arw.x", run_id="arw11", partition_id=0) == 0
+    assert publish_partition([batch.slice(0, 0), batch.slice(3)], servers=server.url, run_id="arw12", partition_id=0) == 1
+    last = stream.get_msg(13)
+    assert (last.subject, last.data, last.headers.get("Nats-Msg-Id")) == ("arw.3", b"d", "arw12-0-0")
+    assert stream.info().state.messages == 13
+    # Items are checked as they come: a row after batches fails the partition there (the
+    # batches before it may be stored; a retry of the partition sends the same msg ids).
     with pytest.raises(InvalidOptionError, match="^rows: item 1 of the partition is a tuple, after Arrow record"):
         publish_partition([batch, (b"x", "arw.9", None, None)], servers=server.url, run_id="arw7", partition_id=0)
 
