@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Memory of the Spark writers: the Python workers' resident set while a local[2] job writes
 ``--rows`` rows (1M by default) to JetStream, through ``publish_partition`` and through the data
-source (``df.write.format("jetstream")``).
+source (``df.write.format("jetstream")``), and through ``publish_partition`` fed Arrow batches by
+``df.mapInArrow``.
 
 Run on demand (not in CI), from the repository root with the dev virtualenv (pyspark, pyarrow and
 a Java 17+ runtime)::
@@ -106,6 +107,18 @@ def write(writer: str, df: Any, url: str, stream: str, subject: str, max_pending
         df.foreachPartition(
             lambda rows: publish_partition(rows, servers=url, subject=subject, run_id=run, stream=stream, max_pending=max_pending)
         )
+    elif writer == "mapInArrow":
+        from jssync.spark import make_write_id, publish_partition
+
+        run = make_write_id()
+
+        def publish(batches: Any) -> Any:
+            import pyarrow as pa
+
+            n = publish_partition(batches, servers=url, subject=subject, run_id=run, stream=stream, max_pending=max_pending)
+            yield pa.RecordBatch.from_pydict({"written": [n]})
+
+        df.mapInArrow(publish, "written long").collect()
     else:
         df.write.format("jetstream").option("servers", url).option("subject", subject).option("stream", stream).option(
             "maxPending", str(max_pending)
@@ -156,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--big-size", type=int, default=4096, help="row payload bytes of the second write (4096)")
     p.add_argument("--partitions", type=int, default=2)
     p.add_argument("--max-pending", type=int, default=4000, help="frames in flight per task (4000, the default)")
-    p.add_argument("--writers", default="publish_partition,datasource")
+    p.add_argument("--writers", default="publish_partition,mapInArrow,datasource",
+                   help="publish_partition (foreachPartition, Rows), mapInArrow (publish_partition fed Arrow "
+                   "batches), datasource (df.write.format('jetstream'))")
     p.add_argument("--arrow-batch", type=int, help="spark.sql.execution.arrow.maxRecordsPerBatch (Spark's default: 10,000)")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)

@@ -93,6 +93,11 @@ class _Slot:
         self.touched = False  # fed messages whose events are not acted on yet (see _settle)
 
 
+def _clean_up(e: Any) -> bool:
+    """A frame a broken machine asked for that is still sent: a best-effort clean-up."""
+    return e.__class__ is SendRequested and bool(e.best_effort)
+
+
 class Session:
     """The connection machine plus its sub-machines. Not thread-safe: the shell serializes
     every call (one lock)."""
@@ -300,9 +305,11 @@ class Session:
             except Exception as exc:  # noqa: BLE001
                 # What the messages before this one produced, a run's earlier messages included
                 # (a run is the first call of its read: the slot may not be touched yet).
+                # Its frames are not sent (a create or a pull for an operation that is over),
+                # but for best-effort clean-ups (deleting its throw-away consumer).
                 slot.touched = True
                 try:
-                    self._settle_slot(slot)
+                    self._settle_slot(slot, broken=True)
                 finally:  # (a sink that raises there must not leave the broken machine attached)
                     self._fail(slot, exc, "internal error")
                 return
@@ -329,7 +336,7 @@ class Session:
                     touched[:0] = [rest for rest in slots[i + 1 :] if rest.touched]
                     raise
 
-    def _settle_slot(self, slot: _Slot) -> None:
+    def _settle_slot(self, slot: _Slot, broken: bool = False) -> None:
         if not slot.touched:
             return
         slot.touched = False
@@ -339,6 +346,8 @@ class Session:
             except Exception as exc:  # noqa: BLE001
                 self._fail(slot, exc, "internal error")
                 return
+            if broken:
+                events = [e for e in events if e.__class__ not in self._writers or _clean_up(e)]
             self._after_events(slot, events)
 
     def _inbox_ender(self, slot: _Slot) -> Ended:

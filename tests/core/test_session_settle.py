@@ -10,7 +10,7 @@ from typing import Any
 
 from jscore import pull as P
 from jscore.connection import ConnectOptions
-from jscore.machine import MachineFailed
+from jscore.machine import MachineFailed, SendRequested
 from jscore.protocol import MsgReceived
 from jscore.session import Session
 
@@ -82,6 +82,31 @@ def test_a_machine_that_breaks_mid_read_first_hands_over_what_came_before() -> N
     assert m.seen == 3  # the message after the break was not routed to it
     assert not s.running(slot)
     assert b"UNSUB" in s.data_to_send()
+
+
+class Asker(Recorder):
+    """A Recorder that also asks for a frame per message: a plain one for the first, a
+    best-effort clean-up for the second."""
+
+    def receive_msg(self, msg: MsgReceived, now: float) -> None:
+        super().receive_msg(msg, now)
+        self.events.append(SendRequested(subject=f"ask.{self.seen}", best_effort=self.seen == 2))
+
+
+def test_a_machine_that_breaks_mid_read_sends_none_of_its_frames_but_its_clean_ups() -> None:
+    s = connected()
+    m = Asker(breaks_on=3)
+    slot, got = attach(s, m)
+    s.receive_data(frames(s.inbox_of(slot), s._slots[slot].sid, [b"a", b"b", b"c"]), 1.0)
+    assert got[:2] == [b"a", b"b"] and isinstance(got[2], MachineFailed), got
+    out = s.data_to_send()
+    assert b"PUB ask.2 " in out  # the clean-up
+    assert b"ask.1" not in out  # what it asked for the operation that broke
+    # A machine that does not break has both sent.
+    ok, _ = attach(s, Asker())
+    s.receive_data(frames(s.inbox_of(ok), s._slots[ok].sid, [b"a", b"b"]), 2.0)
+    out = s.data_to_send()
+    assert b"PUB ask.1 " in out and b"PUB ask.2 " in out
 
 
 def test_two_machines_in_one_read_each_see_their_own_messages_in_order() -> None:
