@@ -149,6 +149,32 @@ def floor_partition(rows: Any) -> None:
         bytes(row[0])
 
 
+def publish_rows(df: Any, url: str, subject: str, stream: str, window: int) -> None:
+    """``publish_partition`` fed Rows by ``foreachPartition``, with a write id for the job."""
+    from jssync.spark import make_write_id, publish_partition
+
+    run = make_write_id()
+    df.foreachPartition(
+        lambda rows: publish_partition(rows, servers=url, subject=subject, run_id=run, stream=stream, max_pending=window)
+    )
+
+
+def publish_arrow(df: Any, url: str, subject: str, stream: str, window: int) -> None:
+    """``publish_partition`` fed Arrow record batches by ``mapInArrow``, with a write id for the
+    job (each task yields its count)."""
+    from jssync.spark import make_write_id, publish_partition
+
+    run = make_write_id()
+
+    def publish(batches: Any) -> Any:
+        import pyarrow as pa
+
+        n = publish_partition(batches, servers=url, subject=subject, run_id=run, stream=stream, max_pending=window)
+        yield pa.RecordBatch.from_pydict({"written": [n]})
+
+    df.mapInArrow(publish, "written long").collect()
+
+
 def floor_batches(batches: Any) -> Any:
     """No publishing: take each batch's data column as Python values, as the Arrow writers do
     (what Spark's Arrow hand-off and that conversion cost)."""
@@ -299,24 +325,9 @@ class Bench:
     def action(self, writer: str, df: Any, stream: str, subject: str) -> None:
         url, window = self.url, self.args.window
         if writer == "jssync":
-            from jssync.spark import make_write_id, publish_partition
-
-            run = make_write_id()
-            df.foreachPartition(
-                lambda rows: publish_partition(rows, servers=url, subject=subject, run_id=run, stream=stream, max_pending=window)
-            )
+            publish_rows(df, url, subject, stream, window)
         elif writer == "jssync-arrow":
-            from jssync.spark import make_write_id, publish_partition
-
-            run = make_write_id()
-
-            def publish(batches: Any) -> Any:
-                import pyarrow as pa
-
-                n = publish_partition(batches, servers=url, subject=subject, run_id=run, stream=stream, max_pending=window)
-                yield pa.RecordBatch.from_pydict({"written": [n]})
-
-            df.mapInArrow(publish, "written long").collect()
+            publish_arrow(df, url, subject, stream, window)
         elif writer == "jssync-ds":
             df.write.format("jetstream").option("servers", url).option("subject", subject).option("stream", stream).option(
                 "maxPending", str(window)

@@ -101,24 +101,9 @@ class Sampler:
 
 def write(writer: str, df: Any, url: str, stream: str, subject: str, max_pending: int) -> None:
     if writer == "publish_partition":
-        from jssync.spark import make_write_id, publish_partition
-
-        run = make_write_id()
-        df.foreachPartition(
-            lambda rows: publish_partition(rows, servers=url, subject=subject, run_id=run, stream=stream, max_pending=max_pending)
-        )
+        bench_spark.publish_rows(df, url, subject, stream, max_pending)
     elif writer == "mapInArrow":
-        from jssync.spark import make_write_id, publish_partition
-
-        run = make_write_id()
-
-        def publish(batches: Any) -> Any:
-            import pyarrow as pa
-
-            n = publish_partition(batches, servers=url, subject=subject, run_id=run, stream=stream, max_pending=max_pending)
-            yield pa.RecordBatch.from_pydict({"written": [n]})
-
-        df.mapInArrow(publish, "written long").collect()
+        bench_spark.publish_arrow(df, url, subject, stream, max_pending)
     else:
         df.write.format("jetstream").option("servers", url).option("subject", subject).option("stream", stream).option(
             "maxPending", str(max_pending)
