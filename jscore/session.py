@@ -93,9 +93,15 @@ class _Slot:
         self.touched = False  # fed messages whose events are not acted on yet (see _settle)
 
 
-def _clean_up(e: Any) -> bool:
-    """A frame a broken machine asked for that is still sent: a best-effort clean-up."""
-    return e.__class__ is SendRequested and bool(e.best_effort)
+_OPERATION_FRAMES: Final = frozenset({PullRequested, DirectGetRequested, FlowControlReplyRequested, SendRequested})
+"""Frames that carry a machine's operation on (a pull, a direct get, a flow control reply, a
+request such as a consumer create): not sent for a machine that broke in the read that asked for
+them (a best-effort ``SendRequested``, a clean-up, still is)."""
+
+
+def _sent_when_broken(e: Any) -> bool:
+    cls = e.__class__
+    return cls not in _OPERATION_FRAMES or (cls is SendRequested and bool(e.best_effort))
 
 
 class Session:
@@ -305,8 +311,9 @@ class Session:
             except Exception as exc:  # noqa: BLE001
                 # What the messages before this one produced, a run's earlier messages included
                 # (a run is the first call of its read: the slot may not be touched yet).
-                # Its frames are not sent (a create or a pull for an operation that is over),
-                # but for best-effort clean-ups (deleting its throw-away consumer).
+                # The frames that carry its operation on are not sent (a create or a pull for
+                # an operation that is over), but for best-effort clean-ups (deleting its
+                # throw-away consumer): see _OPERATION_FRAMES.
                 slot.touched = True
                 try:
                     self._settle_slot(slot, broken=True)
@@ -347,7 +354,7 @@ class Session:
                 self._fail(slot, exc, "internal error")
                 return
             if broken:
-                events = [e for e in events if e.__class__ not in self._writers or _clean_up(e)]
+                events = [e for e in events if _sent_when_broken(e)]
             self._after_events(slot, events)
 
     def _inbox_ender(self, slot: _Slot) -> Ended:

@@ -29,7 +29,7 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from jscore.errors import ConnectionClosedError, NatsError, PubAckTimeoutError
-from jscore.machine import Stop
+from jscore.machine import MachineFailed, Stop
 from jscore.pubmachines import PROGRESS, BulkPublishMachine, PublisherClosed, WatchLevel
 from jscore.publish import DEFAULT_MAX_PENDING_BYTES, FrameWindow
 
@@ -81,6 +81,7 @@ class BulkPublisher:
         self._waiting = False
         self._closed = False
         self._ended = False
+        self._failed: BaseException | None = None  # why the machine failed (MachineFailed)
         shell.check_fork()
         with shell.lock:
             if client.is_closed:
@@ -96,9 +97,14 @@ class BulkPublisher:
 
     def _on_event(self, e: Any) -> None:
         """Under the client lock (mostly the I/O thread): wake the writer."""
-        if e.__class__ is PublisherClosed:
+        cls = e.__class__
+        if cls is PublisherClosed:
             self._ended = True
-        if self._waiting or e.__class__ is PublisherClosed:
+        elif cls is MachineFailed:
+            # (a frame it asked for could not be queued, or it broke: the writer stops here)
+            self._ended = True
+            self._failed = e.error
+        if self._waiting or self._ended:
             self._waiting = False
             self._cond.notify()
 
@@ -181,6 +187,13 @@ class BulkPublisher:
         window = self.window
         if window.failure is not None:
             raise window.failure
+        if self._failed is not None:
+            failed = PubAckTimeoutError(
+                f"the publisher stopped ({self._failed}) with {window.in_flight} publishes unconfirmed: they may "
+                "or may not be stored"
+            )
+            failed.__cause__ = self._failed
+            raise failed
         if self._ended or self._machine.finished:
             error = self._machine.closed_error
             err = ConnectionClosedError(

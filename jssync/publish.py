@@ -52,6 +52,7 @@ from jscore.protocol import (
     encode_pub,
     validated_subject,
 )
+from jscore.machine import MachineFailed
 from jscore.pubmachines import PROGRESS, AsyncPublishMachine, PublisherClosed, WatchLevel
 from jscore.publish import (
     MSG_ID,
@@ -582,6 +583,16 @@ class Publisher:
             e.lock.release()
         elif e is PROGRESS:
             self._cond.notify_all()
+        elif cls is MachineFailed:
+            # The machine could not go on (a frame it asked for could not be queued, or it
+            # broke): what is in flight is settled as ambiguous, as when the connection closes,
+            # and a next publish starts afresh with a new machine.
+            _log.error("jssync: the publish machine failed (%s)", e.reason, exc_info=e.error)
+            for window in (self._window, self._sync_window):
+                for entry in window.close(e.error):
+                    if entry.watched:
+                        self._on_event(entry)
+            self._on_event(PublisherClosed(error=e.error))
         elif cls is PublisherClosed:
             # The connection closed, or the PubAck inbox ended: a next publish starts afresh.
             self._machine = None

@@ -309,27 +309,37 @@ def _arrow_partition(first: Any, rest: Iterator[Any], wo: WriteOptions) -> Itera
 
     from .datasource import arrow_rows, plan_write_columns
 
-    schema = first.schema
+    read: set[str] | None = None  # (None: every column, serialised by valueFormat=json)
     if wo.value_format != "json":  # (only the columns the writer reads: any others may be of any type)
-        read = {wo.data_column, wo.subject_column, wo.headers_column, wo.msg_id_column}
-        schema = pa.schema([f for f in schema if f.name in read])
+        read = {wo.data_column, wo.headers_column}
+        read.update(c for c in (wo.msg_id_column, wo.subject_column if wo.subject is None else None) if c)
+
+    def columns(schema: Any) -> Any:
+        return schema if read is None else pa.schema([f for f in schema if f.name in read])
+
+    first_columns = columns(first.schema)
     try:
-        struct = from_arrow_schema(schema)
+        struct = from_arrow_schema(first_columns)
     except Exception as exc:  # noqa: BLE001 - pyspark's own type error: a column Spark has no type for
         raise InvalidOptionError(f"rows: the record batches have a column Spark cannot take: {exc}") from exc
     plan = plan_write_columns(struct, wo)
 
     def batches() -> Iterator[Any]:
+        seen = first.schema
         for i, item in enumerate(itertools.chain((first,), rest)):
-            if item.__class__ is pa.RecordBatch:
-                yield item
-            elif isinstance(item, pa.Table):
-                yield from item.to_batches()
-            else:
+            if item.__class__ is not pa.RecordBatch and not isinstance(item, pa.Table):
                 raise InvalidOptionError(
                     f"rows: item {i} of the partition is a {type(item).__name__}, after Arrow record batches: "
                     "hand over a partition either as record batches (mapInArrow) or as rows"
                 )
+            if not item.schema.equals(seen):  # (mapInArrow's batches never differ: checked once)
+                if not columns(item.schema).equals(first_columns):
+                    raise InvalidOptionError(
+                        f"rows: item {i} of the partition has other columns than the first ({columns(item.schema)}, "
+                        f"after {first_columns}): the columns written must be the same in every batch"
+                    )
+                seen = item.schema
+            yield from item.to_batches() if isinstance(item, pa.Table) else (item,)
 
     return arrow_rows(batches(), wo, plan)
 

@@ -1535,7 +1535,7 @@ def arrow_rows(batches: Iterator[Any], wopts: WriteOptions, plan: JsonPlan | Non
 def _is_text(t: Any) -> bool:
     import pyarrow as pa
 
-    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t))
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t))
 
 
 def _arrow_string() -> Any:

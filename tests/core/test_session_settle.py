@@ -11,6 +11,7 @@ from typing import Any
 from jscore import pull as P
 from jscore.connection import ConnectOptions
 from jscore.machine import MachineFailed, SendRequested
+from jscore.pull import AckNextRequested, PullRequested
 from jscore.protocol import MsgReceived
 from jscore.session import Session
 
@@ -65,9 +66,9 @@ class Recorder:
         return events
 
 
-def attach(s: Session, machine: Any) -> tuple[int, list[Any]]:
+def attach(s: Session, machine: Any, target: str | None = None) -> tuple[int, list[Any]]:
     got: list[Any] = []
-    slot = s.attach(machine, got.append, 0.0)
+    slot = s.attach(machine, got.append, 0.0, target=target)
     s.data_to_send()
     return slot, got
 
@@ -85,28 +86,32 @@ def test_a_machine_that_breaks_mid_read_first_hands_over_what_came_before() -> N
 
 
 class Asker(Recorder):
-    """A Recorder that also asks for a frame per message: a plain one for the first, a
-    best-effort clean-up for the second."""
+    """A Recorder that also asks for frames per message: a request and a pull for the first, a
+    best-effort clean-up and an application's ack for the second."""
 
     def receive_msg(self, msg: MsgReceived, now: float) -> None:
         super().receive_msg(msg, now)
-        self.events.append(SendRequested(subject=f"ask.{self.seen}", best_effort=self.seen == 2))
+        if self.seen == 1:
+            self.events += [SendRequested(subject="ask.1"), PullRequested(body=b'{"batch":1}', batch=1, max_bytes=0)]
+        else:
+            self.events += [SendRequested(subject=f"ask.{self.seen}", best_effort=True),
+                            AckNextRequested(reply=f"acked.{self.seen}", body=b"+ACK", pull=False)]
 
 
 def test_a_machine_that_breaks_mid_read_sends_none_of_its_frames_but_its_clean_ups() -> None:
     s = connected()
     m = Asker(breaks_on=3)
-    slot, got = attach(s, m)
+    slot, got = attach(s, m, "$JS.API.CONSUMER.MSG.NEXT.S.c")
     s.receive_data(frames(s.inbox_of(slot), s._slots[slot].sid, [b"a", b"b", b"c"]), 1.0)
     assert got[:2] == [b"a", b"b"] and isinstance(got[2], MachineFailed), got
     out = s.data_to_send()
-    assert b"PUB ask.2 " in out  # the clean-up
-    assert b"ask.1" not in out  # what it asked for the operation that broke
-    # A machine that does not break has both sent.
-    ok, _ = attach(s, Asker())
+    assert b"PUB ask.2 " in out and b"PUB acked.2 " in out  # the clean-up, the application's ack
+    assert b"ask.1" not in out and b"MSG.NEXT" not in out  # what carried the broken operation on
+    # A machine that does not break has them all sent.
+    ok, _ = attach(s, Asker(), "$JS.API.CONSUMER.MSG.NEXT.S.c")
     s.receive_data(frames(s.inbox_of(ok), s._slots[ok].sid, [b"a", b"b"]), 2.0)
     out = s.data_to_send()
-    assert b"PUB ask.1 " in out and b"PUB ask.2 " in out
+    assert b"PUB ask.1 " in out and b"MSG.NEXT" in out and b"PUB ask.2 " in out and b"PUB acked.2 " in out
 
 
 def test_two_machines_in_one_read_each_see_their_own_messages_in_order() -> None:

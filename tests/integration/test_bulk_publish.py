@@ -219,3 +219,43 @@ def test_cluster_stream_leader_stepdowns_mid_partition(nats_cluster: Any) -> Non
         _check_exactly_once(admin.jetstream(timeout=10), name, N, "r3-0-")
     finally:
         admin.close()
+
+
+def test_a_publish_machine_that_breaks_settles_what_is_in_flight(nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publish machine that breaks on a PubAck (a bug in the core) does not leave futures,
+    sync publishes or a bulk writer waiting: what was in flight is settled as ambiguous (the
+    cause chained), and the next publish starts a new machine."""
+    from jscore import pubmachines
+
+    c = jssync.connect(nats_server.url)
+    try:
+        js = c.jetstream(timeout=5.0)
+        js.create_stream(name="BROKE", subjects=["broke.x"])
+
+        def broken(self: Any, *args: Any) -> None:
+            raise RuntimeError("broken on purpose")
+
+        with monkeypatch.context() as m:
+            m.setattr(pubmachines.AsyncPublishMachine, "receive_acks", broken)
+            m.setattr(pubmachines.AsyncPublishMachine, "receive_msg", broken)
+            fut = js.publish_async("broke.x", b"1")
+            with pytest.raises(PubAckTimeoutError) as caught:
+                fut.result(timeout=10.0)
+            assert isinstance(caught.value.__cause__, RuntimeError)
+        assert js.publish_async("broke.x", b"2").result(timeout=10.0).seq == 2  # a new machine
+        assert js.publish("broke.x", b"3").seq == 3
+
+        with monkeypatch.context() as m:
+            m.setattr(pubmachines.BulkPublishMachine, "receive_acks", broken)
+            m.setattr(pubmachines.BulkPublishMachine, "receive_msg", broken)
+            bp = BulkPublisher(c, max_pending=10, ack_timeout=5.0)
+            hdr = b"NATS/1.0\r\nNats-Msg-Id: b1\r\n\r\n"
+            bp.send(0, [b"HPUB broke.x %s0 %d %d\r\n%sx\r\n" % (bp.reply_prefix, len(hdr), len(hdr) + 1, hdr)])
+            started = time.monotonic()
+            with pytest.raises(PubAckTimeoutError, match="^the publisher stopped") as caught:
+                bp.finish()
+            assert time.monotonic() - started < 5.0  # at once, not after the guard time
+            assert isinstance(caught.value.__cause__, RuntimeError)
+            bp.close()
+    finally:
+        c.close()

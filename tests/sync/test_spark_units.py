@@ -1087,6 +1087,17 @@ def test_publish_partition_takes_arrow_record_batches(server: NatsServer) -> Non
     last = stream.get_msg(13)
     assert (last.subject, last.data, last.headers.get("Nats-Msg-Id")) == ("arw.3", b"d", "arw12-0-0")
     assert stream.info().state.messages == 13
+    # A subject column the writer does not read (a fixed subject) may be of any type; large
+    # binary data is written as it is with value_format="string", as binary is.
+    big = pa.RecordBatch.from_pydict({"data": pa.array([b"\xffL"], pa.large_binary()), "subject": pa.array([7], pa.uint8())})
+    assert publish_partition([big], servers=server.url, subject="arw.l", run_id="arw13", partition_id=0,
+                             value_format="string") == 1
+    assert (stream.get_msg(14).subject, stream.get_msg(14).data) == ("arw.l", b"\xffL")
+    # Every batch must bring the columns of the first: a later one that differs fails there.
+    other = pa.RecordBatch.from_pydict({"data": pa.array([1], pa.int64())})
+    with pytest.raises(InvalidOptionError, match="^rows: item 1 of the partition has other columns than the first"):
+        publish_partition([pa.RecordBatch.from_pydict({"data": [b"z"]}), other], servers=server.url, subject="arw.o",
+                          run_id="arw14", partition_id=0)
     # Items are checked as they come: a row after batches fails the partition there (the
     # batches before it may be stored; a retry of the partition sends the same msg ids).
     with pytest.raises(InvalidOptionError, match="^rows: item 1 of the partition is a tuple, after Arrow record"):
