@@ -43,6 +43,7 @@ from jscore.errors import (
     TooManyStalledMsgsError,
 )
 from jscore.headers import Headers, HeadersInput, encode_headers
+from jscore.machine import MachineFailed
 from jscore.models import PubAck
 from jscore.protocol import (
     HPUB_REPLY_FMT,
@@ -52,7 +53,6 @@ from jscore.protocol import (
     encode_pub,
     validated_subject,
 )
-from jscore.machine import MachineFailed
 from jscore.pubmachines import PROGRESS, AsyncPublishMachine, PublisherClosed, WatchLevel
 from jscore.publish import (
     MSG_ID,

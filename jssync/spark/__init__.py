@@ -248,10 +248,11 @@ def publish_partition(
     field when that is a struct, else every field but the subject and headers ones (as the data
     source's ``valueFormat=json``); ``value_format="string"`` writes the data column as text.
 
-    ``rows`` may also be Arrow record batches, as ``df.mapInArrow`` hands them over: they are
-    converted a column at a time, as the ``jetstream`` data source's sink converts them, instead
-    of Spark building a ``Row`` per row (the fast way: see docs/spark.md). The first batch's
-    schema is checked as the sink checks the DataFrame's, before anything is published.
+    ``rows`` may also be Arrow record batches (or tables), as ``df.mapInArrow`` hands them over:
+    they are converted a column at a time, as the ``jetstream`` data source's sink converts
+    them, instead of Spark building a ``Row`` per row (the fast way: see docs/spark.md). The
+    columns the writer reads are checked on the first batch as the sink checks the DataFrame's,
+    before anything is published; every later batch must bring the same ones.
     """
     require_spark()
     config, wo = make_configs(servers, subject, options)
@@ -302,8 +303,9 @@ def _is_pandas_frame(value: object) -> bool:
 def _arrow_partition(first: Any, rest: Iterator[Any], wo: WriteOptions) -> Iterator[Any]:
     """The rows of a partition handed over as Arrow record batches (``mapInArrow``; tables are
     read as their batches), in the shapes the partition writer takes: the first one's columns
-    are checked as the data source checks a DataFrame's (the JSON plan made from them), then
-    every batch is converted a column at a time (:func:`jssync.spark.datasource.arrow_rows`)."""
+    are checked as the data source checks a DataFrame's (the JSON plan made from them), a later
+    one's must be the same, and every batch is converted a column at a time
+    (:func:`jssync.spark.datasource.arrow_rows`)."""
     import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql.pandas.types import from_arrow_schema
 
