@@ -46,6 +46,7 @@ from jscore.errors import (
 from jscore.headers import HeadersInput
 from jscore.protocol import MsgReceived
 from jscore.session import Session, Sink
+from jscore.spin import ReplySpin
 from jscore.validate import check_optional_timeout, check_timeout
 
 from .auth import Authenticator
@@ -375,6 +376,7 @@ class Client:
         self._handover: list[Any] = []  # events a leading caller left for the I/O thread
         self._broken: BaseException | None = None  # what a leading caller's core call raised
         self._lead_buf: bytearray | None = None  # the leading caller's read buffer
+        self._spin = ReplySpin()  # whether a leading caller spins before it sleeps (only it uses it)
         self._lead_poll: tuple[socket.socket, Any] | None = None  # its poll object, per socket
         # The I/O thread pokes a leading caller after each turn (a timer fired, a close): what
         # it waits for may be in without a byte from the socket.
@@ -963,6 +965,10 @@ class Client:
                 self._lead_poll = (sock, poller)
             with lock:
                 due = self._watch_timers_locked()
+            spin = self._spin
+            started = _monotonic()
+            spin_until = started + spin.budget()
+            first = True
             while pending():
                 now = _monotonic()
                 remaining = deadline - now
@@ -972,7 +978,23 @@ class Client:
                 if due is not None and now < due < now + wait:
                     wait = due - now  # (to wake the I/O thread for it when it comes due)
                 readable = False
-                for fd, _ in poller.poll(wait * 1000.0):
+                if first:
+                    # The first wait of a lead polls without sleeping for as long as the core's
+                    # ReplySpin allows (a sleeping thread is woken late on a virtual machine,
+                    # and so is the server's when this one comes back late), then sleeps.
+                    first = False
+                    ready = None
+                    if spin_until > now:
+                        spin_until = min(spin_until, now + wait)
+                        poll = poller.poll
+                        while not ready and _monotonic() < spin_until:
+                            ready = poll(0)
+                    if not ready:
+                        ready = poller.poll(wait * 1000.0)
+                    spin.observe(_monotonic() - started)
+                else:
+                    ready = poller.poll(wait * 1000.0)
+                for fd, _ in ready:
                     if fd != lead_fd:
                         readable = True
                     else:

@@ -424,3 +424,22 @@ def test_a_forked_child_never_takes_the_parents_socket(fake_server: FakeServer, 
     monkeypatch.setattr(client_module, "_fork_generation", client_module._fork_generation + 1)
     with nc._lock:
         assert nc._take_read_locked() is None
+
+
+def test_a_slow_responder_turns_the_callers_spin_off(nats_url: str, clients: Callable[..., Client]) -> None:
+    """A caller polls without sleeping before its first wait while answers come quickly (see
+    jscore.spin); against a responder that takes milliseconds it stops within a few requests,
+    and every answer is still its own."""
+    responder = clients(nats_url)
+
+    def slow(m: Any) -> None:
+        time.sleep(0.003)
+        m.respond(m.data)
+
+    responder.subscribe("lead.slow", callback=slow)
+    responder.flush(timeout=2)
+    nc = clients(nats_url)
+    assert nc._spin.budget() > 0  # a new client spins
+    for i in range(6):
+        assert nc.request("lead.slow", b"%d" % i, timeout=2).data == b"%d" % i
+    assert nc._spin.budget() == 0.0, nc._spin.average
