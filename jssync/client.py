@@ -46,7 +46,7 @@ from jscore.errors import (
 from jscore.headers import HeadersInput
 from jscore.protocol import MsgReceived
 from jscore.session import Session, Sink
-from jscore.spin import ReplySpin
+from jscore.spin import Callers, ReplySpin
 from jscore.validate import check_optional_timeout, check_timeout
 
 from .auth import Authenticator
@@ -71,6 +71,7 @@ _DEFAULT_PENDING_MSGS: Final = 512 * 1024
 _DEFAULT_PENDING_BYTES: Final = 64 * 1024 * 1024
 _INF: Final = float("inf")
 _LEAD_SLICE: Final = 0.25  # a leading caller re-checks its socket at least this often (s)
+_callers: Final = Callers()  # the threads of this process that wait for answers (see _lead)
 _EPOLL: Final = getattr(select, "epoll", None)  # Linux: callers may read their own replies
 _EPOLLIN: Final = getattr(select, "EPOLLIN", 0)
 _EPOLLOUT: Final = getattr(select, "EPOLLOUT", 0)
@@ -859,6 +860,7 @@ class Client:
         """Under the lock, for a caller about to wait for a reply: take the socket's read side
         unless the I/O thread is reading it (see :meth:`_lead`). The socket, or None (then wait
         for the I/O thread as usual)."""
+        _callers.note(threading.get_ident(), _monotonic())  # (every caller about to wait: see _lead)
         if self._ep is None or self._reader or self._io_reading or self._fork_gen != _fork_generation:
             return None
         sock = self._sock
@@ -965,10 +967,14 @@ class Client:
                 self._lead_poll = (sock, poller)
             with lock:
                 due = self._watch_timers_locked()
-            spin = self._spin
+            # The first wait polls without sleeping for as long as the core's rules allow (see
+            # jscore.spin: a sleeping thread is woken late on a virtual machine, and so is the
+            # server's when this one comes back late), then sleeps. A poke of the I/O thread
+            # does not end the spin; the time to the first bytes on the socket is measured.
             started = _monotonic()
-            spin_until = started + spin.budget()
-            first = True
+            spin = self._spin if _callers.alone(started) else None
+            spin_until = started + spin.budget() if spin is not None else 0.0
+            measuring = spin_until > started
             while pending():
                 now = _monotonic()
                 remaining = deadline - now
@@ -978,25 +984,27 @@ class Client:
                 if due is not None and now < due < now + wait:
                     wait = due - now  # (to wake the I/O thread for it when it comes due)
                 readable = False
-                if first:
-                    # The first wait of a lead polls without sleeping for as long as the core's
-                    # ReplySpin allows (a sleeping thread is woken late on a virtual machine,
-                    # and so is the server's when this one comes back late), then sleeps.
-                    first = False
-                    ready = None
-                    if spin_until > now:
-                        spin_until = min(spin_until, now + wait)
-                        poll = poller.poll
-                        while not ready and _monotonic() < spin_until:
-                            ready = poll(0)
+                ready = None
+                if spin_until > now:
+                    top = now
+                    stop = min(spin_until, now + wait)
+                    poll = poller.poll
+                    while not ready and now < stop:
+                        ready = poll(0)
+                        now = _monotonic()
                     if not ready:
-                        ready = poller.poll(wait * 1000.0)
-                    spin.observe(_monotonic() - started)
-                else:
+                        spin_until = 0.0
+                        wait = max(0.0, wait - (now - top))  # (the sleep ends where it would have)
+                if not ready:
                     ready = poller.poll(wait * 1000.0)
                 for fd, _ in ready:
                     if fd != lead_fd:
                         readable = True
+                        if measuring:
+                            measuring = False
+                            spin_until = 0.0
+                            assert spin is not None
+                            spin.observe(_monotonic() - started)
                     else:
                         with contextlib.suppress(OSError):
                             while lead_r.recv(4096):

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from jscore.errors import ConnectionClosedError, NatsError, TimeoutError
+from jscore.spin import PROBE_EVERY, SHARED_HOLD, SPIN_LIMIT
 from jssync import Client
 from jssync.events import Closed, Disconnected, Reconnected, ServerError
 from tests.integration import EventLog, clients
@@ -426,10 +427,33 @@ def test_a_forked_child_never_takes_the_parents_socket(fake_server: FakeServer, 
         assert nc._take_read_locked() is None
 
 
-def test_a_slow_responder_turns_the_callers_spin_off(nats_url: str, clients: Callable[..., Client]) -> None:
+class _CountingPoll:
+    """A ``select.poll`` that counts the polls that do not sleep (a leading caller's spin)."""
+
+    spins = 0
+
+    def __init__(self) -> None:
+        self._poll = _real_poll()
+
+    def register(self, fd: Any, mask: int) -> None:
+        self._poll.register(fd, mask)
+
+    def poll(self, timeout: float | None = None) -> list[tuple[int, int]]:
+        if timeout == 0:
+            _CountingPoll.spins += 1
+        return self._poll.poll(timeout)
+
+
+_real_poll = select.poll
+
+
+def test_a_lone_caller_spins_a_slow_responder_stops_it_and_probes_restart_it(
+    nats_url: str, clients: Callable[..., Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A caller polls without sleeping before its first wait while answers come quickly (see
-    jscore.spin); against a responder that takes milliseconds it stops within a few requests,
-    and every answer is still its own."""
+    jscore.spin); against a responder that takes milliseconds it stops within a few requests;
+    then one wait in PROBE_EVERY spins again. Every answer is still its own."""
+    monkeypatch.setattr(select, "poll", _CountingPoll)
     responder = clients(nats_url)
 
     def slow(m: Any) -> None:
@@ -437,9 +461,50 @@ def test_a_slow_responder_turns_the_callers_spin_off(nats_url: str, clients: Cal
         m.respond(m.data)
 
     responder.subscribe("lead.slow", callback=slow)
+    responder.subscribe("lead.fast", callback=lambda m: m.respond(m.data))
     responder.flush(timeout=2)
     nc = clients(nats_url)
-    assert nc._spin.budget() > 0  # a new client spins
+    time.sleep(SHARED_HOLD)  # (the responder's flush was a wait of another thread)
+    before = _CountingPoll.spins
+    for _ in range(5):
+        nc.flush(timeout=2)
+    assert _CountingPoll.spins > before  # a new connection spins
     for i in range(6):
         assert nc.request("lead.slow", b"%d" % i, timeout=2).data == b"%d" % i
-    assert nc._spin.budget() == 0.0, nc._spin.average
+    assert nc._spin.average >= SPIN_LIMIT
+    # The responder's callback thread waits for nothing: this thread is alone. Flushes are
+    # answered by the server itself; only the probes spin while the average stays high.
+    leads = 3 * PROBE_EVERY
+    spun = 0
+    for _ in range(leads):
+        before = _CountingPoll.spins
+        nc.flush(timeout=2)
+        spun += _CountingPoll.spins > before
+    assert spun >= 2, spun
+
+
+def test_threads_taking_turns_at_round_trips_do_not_spin(
+    nats_url: str, clients: Callable[..., Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two threads waiting for answers on one connection: a spinner would take a processor and
+    the GIL from the other, so neither spins (see jscore.spin.Callers)."""
+    monkeypatch.setattr(select, "poll", _CountingPoll)
+    nc = clients(nats_url)
+    stop = threading.Event()
+
+    def other() -> None:
+        while not stop.is_set():
+            nc.flush(timeout=2)
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        for _ in range(20):
+            nc.flush(timeout=2)  # (both threads are at it now)
+        before = _CountingPoll.spins
+        for _ in range(200):
+            nc.flush(timeout=2)
+        assert _CountingPoll.spins == before
+    finally:
+        stop.set()
+        t.join(5)
