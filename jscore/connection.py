@@ -873,7 +873,7 @@ class Connection:
 
     def new_inbox(self) -> str:
         """A unique inbox subject (not routed through the request mux)."""
-        return f"{self.options.inbox_prefix}.{''.join(self._rng.choice(_NUID_ALPHABET) for _ in range(22))}"
+        return f"{self.options.inbox_prefix}.{''.join(self._rng.choices(_NUID_ALPHABET, k=22))}"
 
     def cancel_request(self, token: str) -> None:
         self._requests.discard(token)

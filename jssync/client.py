@@ -347,6 +347,9 @@ class Client:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._io_idle = False
+        # The I/O thread is at work (from the start of its turn, or a read, until it parks):
+        # it may hold output it took. Poked but not yet at work, it holds none (_kick_locked).
+        self._io_busy = False
         self._sock: socket.socket | None = None
         self._first = threading.Event()
         self._first_error: BaseException | None = None
@@ -799,14 +802,17 @@ class Client:
         """Under the lock, for a caller about to wait for a reply: get what the core queued onto
         the wire with the fewest thread hand-offs.
 
-        When the I/O thread is idle in ``select`` with nothing of its own left to write, the
-        caller writes the core's output itself (one non-blocking ``send``), saving the wake-up
-        round trip through the I/O thread. Order is kept: the I/O thread only takes output
-        under this lock and clears ``_io_idle`` when it does, so no older bytes can be in
-        flight. Whatever the socket does not take goes to ``_spill`` for the I/O thread, which
-        writes it before anything newer. TLS sockets are never shared between threads.
+        When the I/O thread is idle in ``select`` with nothing of its own left to write, or
+        was poked (an ack, a publish) and has not begun its turn yet, the caller writes the
+        core's output itself (one non-blocking ``send``), saving the wake-up round trip
+        through the I/O thread: on a virtual machine a poked thread may take tens of
+        microseconds to run, and a request queued behind the poke would wait for it. Order is
+        kept: the I/O thread only takes output under this lock, in a turn that sets
+        ``_io_busy`` until it parks again, so no older bytes can be in flight. Whatever the
+        socket does not take goes to ``_spill`` for the I/O thread, which writes it before
+        anything newer. TLS sockets are never shared between threads.
         """
-        if not self._io_idle:
+        if not self._io_idle and self._io_busy:
             return
         sock = self._sock
         if (
@@ -1128,6 +1134,7 @@ class Client:
             notices: list[Any] = []
             with lock:
                 self._io_idle = False  # (see _kick_locked: no caller writes while we work)
+                self._io_busy = True
                 if self._broken is not None:
                     raise self._broken  # (a leading caller's core call failed; see _lead)
                 if self._handover:
@@ -1178,6 +1185,7 @@ class Client:
                 if session.has_work:
                     self._io_idle = False
                     continue  # more output or events arrived while we were writing
+                self._io_busy = False
                 self._wbuf_len = len(wbuf)
                 conn.submit_room = _SUBMIT_CAP - self._wbuf_len
                 if self._room_waiters and conn.queued_bytes + len(wbuf) <= _LOW_WATER:
@@ -1364,6 +1372,7 @@ class Client:
             # Until our last chunk is fed no caller takes the read side (see _lead); one that
             # took it before we got here keeps it, and reads what woke us.
             self._io_idle = False
+            self._io_busy = True
             if self._reader:
                 return
             self._io_reading = True

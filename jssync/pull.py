@@ -102,11 +102,13 @@ class _Driver:
         self._done = False
         self.error: BaseException | None = None
 
-    def _start(self) -> None:
+    def _start(self, wake: bool = True) -> None:
+        """Attach the machine (its first pull goes out); ``wake=False``: the caller reads the
+        answer itself or arms the I/O thread before it waits (see ``Shell.attach_locked``)."""
         shell = self._shell
         shell.check_fork()
         with shell.lock:
-            self._slot = shell.attach_locked(self._machine, self._on_event, target=self._pull_subject)
+            self._slot = shell.attach_locked(self._machine, self._on_event, target=self._pull_subject, wake=wake)
 
     # -- the sink of the machine's events (under the lock) -----------------------------------
 
@@ -160,10 +162,18 @@ class FetchResult:
     def __iter__(self) -> Iterator[JsMsg]:
         yield from list(self._msgs)
         q = self._driver._q
+        lead = True
         while not self._ended:
             try:
                 item = q.get_nowait()  # (the common case: the batch arrived ahead of the reader)
             except queue.Empty:
+                if lead:
+                    # The first wait is the pull's round trip: read the socket on this thread
+                    # (see Shell.lead) until something is queued, then let the I/O thread read
+                    # the rest while this one hands messages over (and acks them).
+                    lead = False
+                    self._lead()
+                    continue
                 try:
                     item = q.get(timeout=max(0.0, self._deadline - _monotonic()))
                 except queue.Empty:
@@ -180,6 +190,23 @@ class FetchResult:
                 self.error = item.error
                 self.reason = item.reason
             # (pin notifications are handled by the driver; nothing else reaches a fetch)
+
+    def _lead(self) -> None:
+        shell = self._driver._shell
+        q = self._driver._q
+        sock = None
+        try:
+            with shell.lock:
+                if not q.empty():
+                    return
+                sock = shell.take_read_locked()
+                if sock is None:
+                    shell.arm_locked()  # (the machine's deadline is the I/O thread's to fire)
+            if sock is not None:
+                shell.lead(sock, q.empty, self._deadline)
+        finally:
+            if sock is not None:
+                shell.give_back()
 
     def _end(self, error: BaseException, reason: str) -> None:
         self._ended = True
@@ -232,7 +259,9 @@ def fetch(consumer: Consumer, _operation: str = "fetch", **options: Any) -> Fetc
     opts = P.resolve_fetch_options(**options)
     _check_priority(consumer, _operation, options)
     driver = _FetchDriver(consumer, P.FetchMachine(opts, _monotonic()))
-    driver._start()
+    # (the I/O thread is not woken for the fetch's deadline: the first wait of the iteration
+    # reads the answer itself and watches it, or arms the I/O thread if it cannot)
+    driver._start(wake=False)
     return FetchResult(driver, opts.client_timeout)
 
 

@@ -21,7 +21,7 @@ from jscore.errors import ConnectionClosedError, NatsError, TimeoutError
 from jscore.spin import PROBE_EVERY, SHARED_HOLD, SPIN_LIMIT
 from jssync import Client
 from jssync.events import Closed, Disconnected, Reconnected, ServerError
-from tests.integration import EventLog, clients
+from tests.integration import EventLog, clients, wait_until
 from tests.support.fakeserver import FakeConn, FakeServer
 
 __all__ = ["clients"]
@@ -508,3 +508,53 @@ def test_threads_taking_turns_at_round_trips_do_not_spin(
     finally:
         stop.set()
         t.join(5)
+
+
+def test_a_fetch_reads_its_first_message_itself(fake_server: FakeServer, clients: Callable[..., Client]) -> None:
+    """The first wait of a fetch is the pull's round trip: the caller reads the answer (the I/O
+    thread stays asleep); the rest of the fetch comes through the I/O thread as before."""
+    nc, conn = _connected(fake_server, clients)
+    names = _feeders(nc)
+    c = nc.jetstream().consumer("S", "C", bind=True)
+
+    def run() -> list[bytes]:
+        return [m.data for m in c.fetch(2, expires=3)]
+
+    t, box = _in_thread(run)
+    sub = conn.expect(b"SUB _INBOX.")
+    inbox, sid = sub.split()[1].decode(), int(sub.split()[-1])
+    conn.expect(b"PUB $JS.API.CONSUMER.MSG.NEXT.S.C ")
+    time.sleep(0.05)  # the caller leads by now
+    conn.send_msg(inbox, sid, b"one", reply="$JS.ACK.S.C.1.1.1.1700000000000000000.1")
+    wait_until(lambda: len(names) == 1, timeout=3)
+    time.sleep(0.05)  # the lead has given the socket back
+    conn.send_msg(inbox, sid, b"two", reply="$JS.ACK.S.C.1.2.2.1700000000000000000.0")
+    t.join(3)
+    assert box == [[b"one", b"two"]], box
+    assert names == ["caller", "jssync-io"], names
+
+
+def test_output_behind_a_poke_is_written_by_the_caller(fake_server: FakeServer, clients: Callable[..., Client]) -> None:
+    """A publish (or an ack) pokes the I/O thread; a caller that queues a request before the
+    I/O thread has begun its turn writes both itself, in order, rather than leave them for the
+    I/O thread to write once it is scheduled. Once the I/O thread is at work, it writes."""
+    nc, conn = _connected(fake_server, clients)
+    nc.publish("poke.subject", b"first")  # (the subject is checked once: later publishes take no lock)
+    nc.flush(timeout=2)
+    with nc._lock:
+        nc.publish("poke.subject", b"second")  # pokes the I/O thread, which now waits for the lock
+        assert not nc._io_idle and not nc._io_busy
+        assert nc._conn.queued_bytes > 0
+        nc._kick_locked()  # (what a request does after queueing its frame)
+        assert nc._conn.queued_bytes == 0  # written by this thread, the I/O thread still held
+    assert conn.expect(b"PUB poke.subject 6\r\nsecond", timeout=2)
+    wait_until(lambda: nc._io_idle, timeout=3)  # (parked again)
+    with nc._lock:
+        nc._io_busy = True  # the I/O thread at work: it may hold older output, so it writes
+        nc.publish("poke.subject", b"third")
+        nc._kick_locked()
+        assert nc._conn.queued_bytes > 0
+        nc._io_busy = False
+        nc._wake_locked()
+        nc._poke()
+    assert conn.expect(b"PUB poke.subject 5\r\nthird", timeout=2)
