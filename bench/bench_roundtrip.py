@@ -15,9 +15,10 @@ Two parts, each in its own subprocess per measurement:
   non-blocking ``recv`` calls (``spin``), and ``sleep`` after a busy loop of ``--busy``
   iterations before each send (``busy``: a client slow to send its next request). It prints
   the time from the end of the send to the answer (median) and the round trips per second.
-* ``trees``: jssync's ``js.publish`` and ``stream.direct_get(last_by_subject=...)`` in a loop,
-  with the CPU of the calling thread per call, for each tree given (a checkout's root), the
-  trees interleaved in ``--rounds`` rounds.
+* ``trees``: jssync's ``js.publish``, ``stream.direct_get(last_by_subject=...)`` and
+  ``consumer.fetch(1)`` with an ack of each message (``fetch_one``), each in a loop, with the
+  CPU of the calling thread per call, for each tree given (a checkout's root), the trees
+  interleaved in ``--rounds`` rounds; ``--natsio PYTHON`` adds natsio's ``fetch(1)`` loop.
 """
 
 from __future__ import annotations
@@ -111,9 +112,50 @@ _TREE = textwrap.dedent(
         s.direct_get(last_by_subject="rtb.a")
     t1, c1 = time.perf_counter(), time.thread_time()
     out["direct_get"] = [n / (t1 - t0), (c1 - c0) / n * 1e6]
+    name = "rt" + str(time.time_ns())
+    js.create_consumer("RTB", durable_name=name, ack_policy="explicit")
+    c = js.consumer("RTB", name)
+    k = min(n, 2000)
+    got = 0
+    t0, c0 = time.perf_counter(), time.thread_time()
+    while got < k:
+        for m in c.fetch(1, expires=2):
+            m.ack()
+            got += 1
+    t1, c1 = time.perf_counter(), time.thread_time()
+    out["fetch_one"] = [k / (t1 - t0), (c1 - c0) / k * 1e6]
+    js.delete_consumer("RTB", name)
     nc.close()
     import json
     print(json.dumps(out))
+    """
+)
+
+
+_NATSIO = textwrap.dedent(
+    """
+    import asyncio, json, sys, time
+    import natsio
+
+    async def main():
+        url, k = sys.argv[1], int(sys.argv[2])
+        nc = await natsio.connect(url, allow_reconnect=False)
+        js = nc.jetstream()
+        stream = await js.stream("RTB")
+        from natsio.jetstream import ConsumerConfig
+        config = ConsumerConfig(durable_name="natsio" + str(time.time_ns()), ack_policy="explicit")
+        consumer = await stream.create_consumer(config)
+        got = 0
+        t0 = time.perf_counter()
+        while got < k:
+            for m in await consumer.fetch(1, timeout=2):
+                await m.ack()
+                got += 1
+        dt = time.perf_counter() - t0
+        await nc.close()
+        print(json.dumps({"fetch_one": [k / dt]}))
+
+    asyncio.run(main())
     """
 )
 
@@ -132,13 +174,13 @@ def _stream(url: str) -> None:
     nc.close()
 
 
-def _run(code: str, args: list[str], path: str | None = None) -> dict[str, object]:
+def _run(code: str, args: list[str], path: str | None = None, python: str | None = None) -> dict[str, object]:
     env = dict(os.environ)
     if path is not None:
         env["PYTHONPATH"] = path
     # (from the tree's own directory: ``-c`` puts the working directory first on sys.path)
     out = subprocess.run(
-        [sys.executable, "-c", code, *args], env=env, cwd=path, check=True, capture_output=True, text=True
+        [python or sys.executable, "-c", code, *args], env=env, cwd=path, check=True, capture_output=True, text=True
     )
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -151,6 +193,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--trees", nargs="*", default=[], help="checkouts to measure jssync from")
     ap.add_argument("--no-raw", action="store_true")
+    ap.add_argument("--natsio", help="a Python >= 3.13 with natsio: its fetch(1) + ack loop, for comparison")
     ap.add_argument("--json", help="write every measurement here")
     a = ap.parse_args()
     _stream(a.server)
@@ -164,12 +207,12 @@ def main() -> None:
         for tree in a.trees:
             got = _run(_TREE, [a.server, str(a.n)], str(Path(tree).resolve()))
             results.setdefault(f"tree-{tree}", []).append(got)
-            pub, dg = got["publish"], got["direct_get"]  # type: ignore[index]
-            print(
-                f"round {r + 1} {tree}: publish {pub[0]:7.0f}/s ({pub[1]:5.1f} us CPU)  "  # type: ignore[index]
-                f"direct_get {dg[0]:7.0f}/s ({dg[1]:5.1f} us CPU)",  # type: ignore[index]
-                flush=True,
-            )
+            parts = [f"{what} {got[what][0]:7.0f}/s ({got[what][1]:5.1f} us CPU)" for what in got]  # type: ignore[index]
+            print(f"round {r + 1} {tree}: " + "  ".join(parts), flush=True)
+        if a.natsio:
+            got = _run(_NATSIO, [a.server, str(min(a.n, 2000))], python=a.natsio)
+            results.setdefault("natsio", []).append(got)
+            print(f"round {r + 1} natsio: fetch_one {got['fetch_one'][0]:7.0f}/s", flush=True)  # type: ignore[index]
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
 
