@@ -649,7 +649,7 @@ class Client:
                 # The read side first: once the request is on the wire the reply may come
                 # before this thread runs again (a send lets another thread take the GIL).
                 sock = self._take_read_locked()
-                self._kick_locked()
+                self._kick_locked(waiting=True)
             if sock is not None:
                 self._lead(sock, waiter.empty, deadline)
             item = waiter.get(timeout=max(0.0, deadline - _monotonic()))
@@ -688,7 +688,7 @@ class Client:
                 token = self._conn.flush()
                 self._flushes[token] = waiter
                 sock = self._take_read_locked()  # (before the PING leaves: see request)
-                self._kick_locked()
+                self._kick_locked(waiting=True)
             if sock is not None:
                 self._lead(sock, waiter.empty, deadline)
             item = waiter.get(timeout=max(0.0, deadline - _monotonic()))
@@ -798,21 +798,24 @@ class Client:
 
     # ------------------------------------------------------------------ the I/O thread
 
-    def _kick_locked(self) -> None:
+    def _kick_locked(self, waiting: bool = False) -> None:
         """Under the lock, for a caller about to wait for a reply: get what the core queued onto
         the wire with the fewest thread hand-offs.
 
-        When the I/O thread is idle in ``select`` with nothing of its own left to write, or
-        was poked (an ack, a publish) and has not begun its turn yet, the caller writes the
-        core's output itself (one non-blocking ``send``), saving the wake-up round trip
-        through the I/O thread: on a virtual machine a poked thread may take tens of
-        microseconds to run, and a request queued behind the poke would wait for it. Order is
+        When the I/O thread is idle in ``select`` with nothing of its own left to write, the
+        caller writes the core's output itself (one non-blocking ``send``), saving the wake-up
+        round trip through the I/O thread. A caller ``waiting`` for the answer to this output
+        (a request, a flush, a synchronous publish, the first pull of a fetch) does so too when
+        the I/O thread was poked (an ack, a publish) and has not begun its turn yet: on a
+        virtual machine a poked thread may take tens of microseconds to run, and the request
+        would wait for it. (Others, such as a consume's acks and pulls, leave it to the I/O
+        thread, which batches them.) Order is
         kept: the I/O thread only takes output under this lock, in a turn that sets
         ``_io_busy`` until it parks again, so no older bytes can be in flight. Whatever the
         socket does not take goes to ``_spill`` for the I/O thread, which writes it before
         anything newer. TLS sockets are never shared between threads.
         """
-        if not self._io_idle and self._io_busy:
+        if not self._io_idle and (self._io_busy or not waiting):
             return
         sock = self._sock
         if (
@@ -1474,7 +1477,7 @@ class Shell:
         and gives them to the I/O thread when they come due or when it ends), or else it calls
         :meth:`arm_locked` before it waits."""
         slot = self.session.attach(machine, sink, _monotonic(), inbox=inbox, wildcard=wildcard, target=target)
-        self._client._kick_locked()
+        self._client._kick_locked(waiting=True)  # (its first request: the caller waits for the answer)
         if wake:
             self._client._arm_locked()
         return slot
@@ -1505,9 +1508,10 @@ class Shell:
 
     # -- output -----------------------------------------------------------------------------
 
-    def kick_locked(self) -> None:
-        """Get what the session queued onto the wire now (see ``Client._kick_locked``)."""
-        self._client._kick_locked()
+    def kick_locked(self, waiting: bool = False) -> None:
+        """Get what the session queued onto the wire now (see ``Client._kick_locked``;
+        ``waiting``: the caller is about to wait for the answer to it)."""
+        self._client._kick_locked(waiting)
 
     def wake_locked(self) -> None:
         """Make the I/O thread look at the session (new output, an earlier deadline)."""

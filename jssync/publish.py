@@ -369,7 +369,7 @@ class Publisher:
                     window.remove(token)
                     raise
                 sock = shell.take_read_locked()  # (before the frame leaves; see Shell.take_read_locked)
-                shell.kick_locked()
+                shell.kick_locked(waiting=True)
             if sock is not None:
                 shell.lead(sock, entry.lock.locked, now + t)
             acked = entry.lock.acquire(True, max(0.0, now + t - _monotonic()))

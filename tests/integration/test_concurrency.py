@@ -161,8 +161,8 @@ def test_requests_keep_their_place_among_publishes(
     spills = [0]
     kick = nc._kick_locked
 
-    def counting_kick() -> None:
-        kick()
+    def counting_kick(waiting: bool = False) -> None:
+        kick(waiting)
         spills[0] += bool(nc._spill)
 
     nc._kick_locked = counting_kick  # type: ignore[method-assign]

@@ -537,7 +537,8 @@ def test_a_fetch_reads_its_first_message_itself(fake_server: FakeServer, clients
 def test_output_behind_a_poke_is_written_by_the_caller(fake_server: FakeServer, clients: Callable[..., Client]) -> None:
     """A publish (or an ack) pokes the I/O thread; a caller that queues a request before the
     I/O thread has begun its turn writes both itself, in order, rather than leave them for the
-    I/O thread to write once it is scheduled. Once the I/O thread is at work, it writes."""
+    I/O thread to write once it is scheduled. Output nobody waits for (a consume's acks) is
+    left to the I/O thread, and so is everything once the I/O thread is at work."""
     nc, conn = _connected(fake_server, clients)
     nc.publish("poke.subject", b"first")  # (the subject is checked once: later publishes take no lock)
     nc.flush(timeout=2)
@@ -545,14 +546,16 @@ def test_output_behind_a_poke_is_written_by_the_caller(fake_server: FakeServer, 
         nc.publish("poke.subject", b"second")  # pokes the I/O thread, which now waits for the lock
         assert not nc._io_idle and not nc._io_busy
         assert nc._conn.queued_bytes > 0
-        nc._kick_locked()  # (what a request does after queueing its frame)
+        nc._kick_locked()  # (what a consume's acks do: left for the I/O thread, which batches)
+        assert nc._conn.queued_bytes > 0
+        nc._kick_locked(waiting=True)  # (what a request does after queueing its frame)
         assert nc._conn.queued_bytes == 0  # written by this thread, the I/O thread still held
     assert conn.expect(b"PUB poke.subject 6\r\nsecond", timeout=2)
     wait_until(lambda: nc._io_idle, timeout=3)  # (parked again)
     with nc._lock:
         nc._io_busy = True  # the I/O thread at work: it may hold older output, so it writes
         nc.publish("poke.subject", b"third")
-        nc._kick_locked()
+        nc._kick_locked(waiting=True)
         assert nc._conn.queued_bytes > 0
         nc._io_busy = False
         nc._wake_locked()
