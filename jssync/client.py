@@ -865,11 +865,13 @@ class Client:
 
     # -- leading: a caller that waits for a reply reads the socket itself -------------------------
 
-    def _take_read_locked(self) -> socket.socket | None:
+    def _take_read_locked(self, round_trip: bool = True) -> socket.socket | None:
         """Under the lock, for a caller about to wait for a reply: take the socket's read side
         unless the I/O thread is reading it (see :meth:`_lead`). The socket, or None (then wait
-        for the I/O thread as usual)."""
-        _callers.note(threading.get_ident(), _monotonic())  # (every caller about to wait: see _lead)
+        for the I/O thread as usual). ``round_trip=False``: a wait that may last (a fetch's
+        long poll), not counted among the round trips of the spin's rules."""
+        if round_trip:
+            _callers.note(threading.get_ident(), _monotonic())  # (every caller about to wait: see _lead)
         if self._ep is None or self._reader or self._io_reading or self._fork_gen != _fork_generation:
             return None
         sock = self._sock
@@ -938,7 +940,7 @@ class Client:
             self._arm_locked()
         return due
 
-    def _lead(self, sock: socket.socket, pending: Callable[[], bool], deadline: float) -> None:
+    def _lead(self, sock: socket.socket, pending: Callable[[], bool], deadline: float, round_trip: bool = True) -> None:
         """Read ``sock`` on this thread until ``pending()`` is false (what the caller waits for
         was routed), the deadline passes, or the socket changes or fails; then give the read
         side back to the I/O thread.
@@ -983,7 +985,7 @@ class Client:
             started = _monotonic()
             spin = self._spin if _callers.alone(started) else None
             spin_until = started + spin.budget() if spin is not None else 0.0
-            measuring = spin_until > started
+            measuring = round_trip and spin_until > started  # (a long poll teaches the rule nothing)
             while pending():
                 now = _monotonic()
                 remaining = deadline - now
@@ -1519,16 +1521,17 @@ class Shell:
 
     # -- leading ----------------------------------------------------------------------------
 
-    def take_read_locked(self) -> socket.socket | None:
+    def take_read_locked(self, round_trip: bool = True) -> socket.socket | None:
         """For a caller about to wait for an answer (before :meth:`kick_locked` sends what it
         waits on: the answer may come before this thread runs again): the socket, if this
-        thread may read it itself until the answer is in (see ``Client._lead``)."""
-        return self._client._take_read_locked()
+        thread may read it itself until the answer is in (see ``Client._lead``; ``round_trip=False``
+        for a wait that may last, such as a fetch's long poll)."""
+        return self._client._take_read_locked(round_trip)
 
-    def lead(self, sock: socket.socket, pending: Callable[[], bool], deadline: float) -> None:
+    def lead(self, sock: socket.socket, pending: Callable[[], bool], deadline: float, round_trip: bool = True) -> None:
         """Outside the lock, with the socket :meth:`take_read_locked` gave: read it until
         ``pending()`` is false or ``deadline`` passes, then give it back to the I/O thread."""
-        self._client._lead(sock, pending, deadline)
+        self._client._lead(sock, pending, deadline, round_trip)
 
     def give_back(self) -> None:
         """Give the read side back if this thread still holds it. Call it in a ``finally``

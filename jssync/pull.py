@@ -62,6 +62,7 @@ _INF: Final = float("inf")
 _SAFETY: Final = 5.0
 # The longest a consume handler's ack waits to be written with others (see ConsumeContext._run).
 _ACK_DELAY: Final = 0.002
+_FETCH_LEAD: Final = 0.005  # how long the first wait of a fetch reads the socket itself (s)
 HANDLER_FINISHED: Final = HandlerFinished()
 _DELIVERED: Final = P.MessageDelivered  # (bound once: the sinks test it per message)
 _DELIVERED_RUN: Final = P.MessagesDelivered
@@ -102,13 +103,11 @@ class _Driver:
         self._done = False
         self.error: BaseException | None = None
 
-    def _start(self, wake: bool = True) -> None:
-        """Attach the machine (its first pull goes out); ``wake=False``: the caller reads the
-        answer itself or arms the I/O thread before it waits (see ``Shell.attach_locked``)."""
+    def _start(self) -> None:
         shell = self._shell
         shell.check_fork()
         with shell.lock:
-            self._slot = shell.attach_locked(self._machine, self._on_event, target=self._pull_subject, wake=wake)
+            self._slot = shell.attach_locked(self._machine, self._on_event, target=self._pull_subject)
 
     # -- the sink of the machine's events (under the lock) -----------------------------------
 
@@ -168,9 +167,11 @@ class FetchResult:
                 item = q.get_nowait()  # (the common case: the batch arrived ahead of the reader)
             except queue.Empty:
                 if lead:
-                    # The first wait is the pull's round trip: read the socket on this thread
-                    # (see Shell.lead) until something is queued, then let the I/O thread read
-                    # the rest while this one hands messages over (and acks them).
+                    # The first wait is the pull's round trip when messages wait: read the
+                    # socket on this thread (see Shell.lead) until something is queued or for
+                    # _FETCH_LEAD at most (an empty stream makes it a long poll, which must not
+                    # keep the socket from other callers), then let the I/O thread read the
+                    # rest while this one hands messages over (and acks them).
                     lead = False
                     self._lead()
                     continue
@@ -199,11 +200,9 @@ class FetchResult:
             with shell.lock:
                 if not q.empty():
                     return
-                sock = shell.take_read_locked()
-                if sock is None:
-                    shell.arm_locked()  # (the machine's deadline is the I/O thread's to fire)
+                sock = shell.take_read_locked(round_trip=False)
             if sock is not None:
-                shell.lead(sock, q.empty, self._deadline)
+                shell.lead(sock, q.empty, min(self._deadline, _monotonic() + _FETCH_LEAD), round_trip=False)
         finally:
             if sock is not None:
                 shell.give_back()
@@ -259,9 +258,7 @@ def fetch(consumer: Consumer, _operation: str = "fetch", **options: Any) -> Fetc
     opts = P.resolve_fetch_options(**options)
     _check_priority(consumer, _operation, options)
     driver = _FetchDriver(consumer, P.FetchMachine(opts, _monotonic()))
-    # (the I/O thread is not woken for the fetch's deadline: the first wait of the iteration
-    # reads the answer itself and watches it, or arms the I/O thread if it cannot)
-    driver._start(wake=False)
+    driver._start()
     return FetchResult(driver, opts.client_timeout)
 
 

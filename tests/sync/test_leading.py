@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from jscore.errors import ConnectionClosedError, NatsError, TimeoutError
+from jscore.errors import ConnectionClosedError, FetchTimeoutError, NatsError, TimeoutError
 from jscore.spin import PROBE_EVERY, SHARED_HOLD, SPIN_LIMIT
+import jssync.pull as jssync_pull
 from jssync import Client
 from jssync.events import Closed, Disconnected, Reconnected, ServerError
 from tests.integration import EventLog, clients, wait_until
@@ -231,7 +232,7 @@ def test_a_batch_that_cannot_lead_is_timed_out_by_the_io_thread(
     caller that cannot lead (here: every take refused, as for TLS) arms the I/O thread before
     it waits, so the machine still times the call out at its deadline, not at the guard's."""
     nc, conn, stream = _stream_s(fake_server, clients, ping_interval=30)
-    monkeypatch.setattr(Client, "_take_read_locked", lambda self: None)
+    monkeypatch.setattr(Client, "_take_read_locked", lambda self, round_trip=True: None)
     time.sleep(0.1)  # (the I/O thread parked, to its next PING 30 s away, before the call)
     assert 0.29 <= _silent_batch(stream, conn, 0.3) < 0.45
 
@@ -510,9 +511,12 @@ def test_threads_taking_turns_at_round_trips_do_not_spin(
         t.join(5)
 
 
-def test_a_fetch_reads_its_first_message_itself(fake_server: FakeServer, clients: Callable[..., Client]) -> None:
+def test_a_fetch_reads_its_first_message_itself(
+    fake_server: FakeServer, clients: Callable[..., Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The first wait of a fetch is the pull's round trip: the caller reads the answer (the I/O
     thread stays asleep); the rest of the fetch comes through the I/O thread as before."""
+    monkeypatch.setattr(jssync_pull, "_FETCH_LEAD", 5.0)  # (this server answers in its own time)
     nc, conn = _connected(fake_server, clients)
     names = _feeders(nc)
     c = nc.jetstream().consumer("S", "C", bind=True)
@@ -539,9 +543,10 @@ def test_output_behind_a_poke_is_written_by_the_caller(fake_server: FakeServer, 
     I/O thread has begun its turn writes both itself, in order, rather than leave them for the
     I/O thread to write once it is scheduled. Output nobody waits for (a consume's acks) is
     left to the I/O thread, and so is everything once the I/O thread is at work."""
-    nc, conn = _connected(fake_server, clients)
+    nc, conn = _connected(fake_server, clients, ping_interval=30.0)  # (no timer turns meanwhile)
     nc.publish("poke.subject", b"first")  # (the subject is checked once: later publishes take no lock)
     nc.flush(timeout=2)
+    wait_until(lambda: nc._io_idle, timeout=3)  # (parked)
     with nc._lock:
         nc.publish("poke.subject", b"second")  # pokes the I/O thread, which now waits for the lock
         assert not nc._io_idle and not nc._io_busy
@@ -561,3 +566,87 @@ def test_output_behind_a_poke_is_written_by_the_caller(fake_server: FakeServer, 
         nc._wake_locked()
         nc._poke()
     assert conn.expect(b"PUB poke.subject 5\r\nthird", timeout=2)
+
+
+def test_a_fetch_on_an_empty_stream_gives_the_socket_back(
+    fake_server: FakeServer, clients: Callable[..., Client]
+) -> None:
+    """On an empty stream the first wait of a fetch is a long poll: the caller reads the socket
+    for a few milliseconds only, then waits for the I/O thread, so other callers may lead."""
+    nc, conn = _connected(fake_server, clients, ping_interval=30.0)
+    c = nc.jetstream().consumer("S", "C", bind=True)
+    t, box = _in_thread(lambda: c.fetch(10, expires=1.0).messages())
+    conn.expect(b"PUB $JS.API.CONSUMER.MSG.NEXT.S.C ")
+    time.sleep(0.2)
+    assert t.is_alive()  # still in its long poll
+    assert not nc._reader  # the socket is the I/O thread's again
+    t2, box2 = _in_thread(lambda: nc.request("svc", b"q", timeout=3))
+    reply = conn.expect(b"PUB svc ").split()[2].decode()
+    mux = [f for f in conn.received if f.startswith(b"SUB " + reply.rsplit(".", 1)[0].encode() + b".* ")]
+    sid = int(mux[-1].split()[-1])
+    time.sleep(0.05)
+    assert nc._reader  # the request leads meanwhile
+    conn.send_msg(reply, sid, b"answer")
+    t2.join(3)
+    assert box2 and getattr(box2[0], "data", None) == b"answer"
+    t.join(5)
+    assert box == [[]], box
+
+
+def test_no_caller_writes_while_the_io_thread_holds_output(
+    fake_server: FakeServer, clients: Callable[..., Client]
+) -> None:
+    """The I/O thread has taken FIRST and is about to send it (outside the lock); a flush
+    queued behind it is not written by its caller ahead of FIRST."""
+    nc, conn = _connected(fake_server, clients, ping_interval=30.0)
+    nc.publish("ord.x", b"warm")
+    nc.flush(timeout=2)
+    wait_until(lambda: nc._io_idle, timeout=3)
+    took = threading.Event()
+    real = nc._send_fresh
+
+    def slow_send(sock: Any, data: Any, wbuf: bytearray) -> bool:
+        if b"FIRST" in bytes(data):
+            took.set()
+            time.sleep(0.2)
+        return real(sock, data, wbuf)
+
+    nc._send_fresh = slow_send  # type: ignore[method-assign]
+    nc.publish("ord.x", b"FIRST")
+    assert took.wait(3)
+    nc.publish("ord.x", b"SECOND")
+    nc.flush(timeout=3)
+    assert conn.expect(b"PUB ord.x 6\r\nSECOND", timeout=3)
+    frames = [f for f in conn.received if f.startswith(b"PUB ord.x")]
+    assert frames[-2:] == [b"PUB ord.x 5\r\nFIRST\r\n", b"PUB ord.x 6\r\nSECOND\r\n"], frames
+
+
+def test_a_fetch_that_cannot_lead_still_ends_by_its_client_timer(
+    fake_server: FakeServer, clients: Callable[..., Client]
+) -> None:
+    """As over TLS: the first wait cannot take the read side; the fetch still ends by its own
+    client timer, fired by the I/O thread, against a server that never answers the pull."""
+    nc, conn = _connected(fake_server, clients, ping_interval=30.0)
+    wait_until(lambda: nc._io_idle, timeout=3)
+    nc._take_read_locked = lambda round_trip=True: None  # type: ignore[method-assign, misc]
+    c = nc.jetstream().consumer("S", "C", bind=True)
+    t0 = time.monotonic()
+    result = c.fetch(10, expires=1.0)
+    conn.expect(b"PUB $JS.API.CONSUMER.MSG.NEXT.S.C ")
+    assert result.messages() == []
+    assert isinstance(result.error, FetchTimeoutError), result.error
+    assert time.monotonic() - t0 < 3.0
+
+
+def test_a_fetch_never_iterated_still_ends_by_its_client_timer(
+    fake_server: FakeServer, clients: Callable[..., Client]
+) -> None:
+    """Nobody iterates the fetch and the server is silent: the machine's client timer ends it
+    (its inbox is unsubscribed) about its client timeout after the start."""
+    nc, conn = _connected(fake_server, clients, ping_interval=30.0)
+    c = nc.jetstream().consumer("S", "C", bind=True)
+    result = c.fetch(10, expires=0.5)
+    sid = conn.expect(b"SUB _INBOX.").split()[-1]
+    conn.expect(b"PUB $JS.API.CONSUMER.MSG.NEXT.S.C ")
+    assert conn.expect(b"UNSUB " + sid, timeout=3.0)
+    assert not result.done or result.error is not None or result.messages() == []
