@@ -46,11 +46,15 @@ class ReplySpin:
         self.average = 0.0  # starts fast: the first waits spin, and teach it otherwise
         self._skipped = 0
 
-    def budget(self) -> float:
+    def budget(self, probe: bool = True) -> float:
         """Seconds to poll without sleeping before the next wait sleeps (0: sleep at once). Call
-        once per wait, and :meth:`observe` what a wait given a budget took."""
+        once per wait, and :meth:`observe` what a wait given a budget took. A wait that will
+        not be measured (``probe=False``: a long poll) spins only while the rule is on, and
+        takes no probe's turn."""
         if self.average < SPIN_LIMIT:
             return SPIN_LIMIT
+        if not probe:
+            return 0.0
         self._skipped += 1
         if self._skipped >= PROBE_EVERY:
             self._skipped = 0

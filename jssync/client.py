@@ -809,9 +809,9 @@ class Client:
         the I/O thread was poked (an ack, a publish) and has not begun its turn yet: on a
         virtual machine a poked thread may take tens of microseconds to run, and the request
         would wait for it. (Others, such as a consume's acks and pulls, leave it to the I/O
-        thread, which batches them.) Order is
-        kept: the I/O thread only takes output under this lock, in a turn that sets
-        ``_io_busy`` until it parks again, so no older bytes can be in flight. Whatever the
+        thread, which batches them.) Order is kept: the I/O thread only takes output under
+        this lock, in a turn that sets ``_io_busy`` until it parks again (and what it holds
+        unwritten counts in ``_wbuf_len``), so no older bytes can be in flight. Whatever the
         socket does not take goes to ``_spill`` for the I/O thread, which writes it before
         anything newer. TLS sockets are never shared between threads.
         """
@@ -984,7 +984,7 @@ class Client:
             # does not end the spin; the time to the first bytes on the socket is measured.
             started = _monotonic()
             spin = self._spin if _callers.alone(started) else None
-            spin_until = started + spin.budget() if spin is not None else 0.0
+            spin_until = started + spin.budget(round_trip) if spin is not None else 0.0
             measuring = round_trip and spin_until > started  # (a long poll teaches the rule nothing)
             while pending():
                 now = _monotonic()

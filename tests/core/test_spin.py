@@ -70,6 +70,20 @@ def test_waits_that_did_not_spin_teach_it_nothing() -> None:
     assert spin.budget() == SPIN_LIMIT  # the next probe
 
 
+def test_a_wait_that_is_not_measured_takes_no_probes_turn() -> None:
+    spin = ReplySpin()
+    assert spin.budget(probe=False) == SPIN_LIMIT  # (on: it spins like any wait)
+    _spins(spin, 20, 0.005)
+    while spin.budget() == 0.0:  # up to a probe
+        pass
+    spin.observe(0.005)
+    for _ in range(10 * PROBE_EVERY):
+        assert spin.budget(probe=False) == 0.0  # long polls between round trips
+    for _ in range(PROBE_EVERY - 1):
+        assert spin.budget() == 0.0
+    assert spin.budget() == SPIN_LIMIT  # the round trips' probe comes on time
+
+
 @given(st.lists(st.floats(min_value=-1.0, max_value=1e6, allow_nan=False), max_size=200))
 def test_the_average_stays_within_zero_and_the_cap(samples: list[float]) -> None:
     spin = ReplySpin()
