@@ -376,6 +376,18 @@ def headers_of_lines(lines: str) -> Headers:
     return _checked_block("NATS/1.0\r\n" + lines + "\r\n", None)
 
 
+def bulk_headers(headers: Headers | None) -> Headers | str | None:
+    """Headers as a bulk reader keeps them: the text of their lines (each ``Key: Value\\r\\n``,
+    what :func:`header_columns` and :func:`header_lines_dict` read) while they are the parser's
+    checked block, not split or changed since; else the headers themselves. Text holds no
+    object the garbage collector tracks, so a reader's rows waiting to become a batch cost its
+    collections nothing."""
+    if headers is None:
+        return None
+    block = headers._block
+    return headers if block is None else block[_FIRST_LINE:-2]
+
+
 def header_lines_dict(lines: str) -> dict[str, list[str]] | None:
     """The values of header lines the parser checked (the own lines of
     :meth:`Headers._direct_layout`) by key, in the order given, keys as sent; None for none."""
@@ -416,6 +428,10 @@ def header_columns(
     checked header lines of a direct get, a ``str``). When every item with headers has exactly
     one line as the parser checked it, the lines are split together: by slicing when they all
     read ``Key: value`` with one key, else by one match over the batch."""
+    if items and set(map(type, items)) == {str} and "" not in items:
+        one = _one_key_lines(items)  # type: ignore[arg-type]
+        if one is not None:
+            return one
     counts: list[int | None] = []
     lines: list[str] = []
     for h in items:
@@ -450,6 +466,28 @@ def header_columns(
     if len(pairs) != len(lines):  # (cannot happen to checked lines; the general path decides)
         return _header_columns_general(items)
     return counts, [k for k, _ in pairs], None, [v for _, v in pairs]
+
+
+def _one_key_lines(
+    items: Sequence[str],
+) -> tuple[list[int | None], list[str], list[int] | None, list[str]] | None:
+    """:func:`header_columns` of checked header lines (none empty) when each is one line
+    ``Key: value`` with the same key and a value that does not start with white space (a
+    writer's ``Nats-Msg-Id``, as a bulk reader keeps it): counted and split over the batch's
+    text at once, no step per item; None when they are not."""
+    n = len(items)
+    text = "\r\n" + "".join(items)  # (checked lines end with CR LF, and hold no other CR or LF)
+    if text.count("\r\n") != n + 1:  # (one line each: every item holds at least one)
+        return None
+    first = items[0]
+    key = first[: first.find(":")]
+    head = "\r\n" + key + ": "
+    if text.count(head) != n or head + " " in text or head + "\t" in text:
+        return None  # (another key, or a value the common line's match would strip)
+    values = text[len(head) : -2].split(head)
+    if len(values) != n:  # (cannot happen: head starts with the only CR LF a line holds)
+        return None
+    return [1] * n, [key] * n, None, values
 
 
 def _header_columns_general(

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 from jscore import pull as P
 from jscore.validate import check_poll_timeout
 from jscore.errors import InvalidOptionError, NoMessagesError, TimeoutError
-from jscore.headers import Headers
+from jscore.headers import Headers, bulk_headers
 from jscore.jsmsg import parse_ack_subject
 from jscore.machine import MachineFailed, Stop
 from jscore.models import DeliverPolicy
@@ -55,9 +55,11 @@ if TYPE_CHECKING:
 
 __all__ = ["OrderedConsumer", "OrderedConsumeContext", "OrderedMessageStream", "OrderedConsumerReset"]
 
-Record = tuple[str, bytes, "Headers | None", int, int]
+Record = tuple[str, bytes, "Headers | str | None", int, int]
 """A message as a bulk reader takes it (:meth:`OrderedConsumer._fetch_records`): subject,
-payload, headers, stream sequence, time stored in nanoseconds since the epoch."""
+payload, headers (the text of their lines while they are as the parser checked them, see
+:func:`jscore.headers.bulk_headers`), stream sequence, time stored in nanoseconds since the
+epoch."""
 
 _log = logging.getLogger("jssync")
 _monotonic: Final = time.monotonic
@@ -121,7 +123,7 @@ class _Op:
             if self.records:
                 m, meta = e.msg, e.metadata
                 assert self.out is not None
-                self.out.append((m.subject, m.data, m.headers, meta.sequence.stream, meta.timestamp_ns))
+                self.out.append((m.subject, m.data, bulk_headers(m.headers), meta.sequence.stream, meta.timestamp_ns))
                 self.last_reply = m.reply
                 return
             msg = JsMsg._from_event(e.msg, self._client)
@@ -137,7 +139,10 @@ class _Op:
             if self.records:
                 assert out is not None
                 out.extend(
-                    [(m.subject, m.data, m.headers, seq, ts) for m, seq, ts in zip(msgs, e.stream_seqs, e.stamps)]
+                    [
+                        (m.subject, m.data, bulk_headers(m.headers), seq, ts)
+                        for m, seq, ts in zip(msgs, e.stream_seqs, e.stamps)
+                    ]
                 )
                 self.last_reply = msgs[-1].reply
                 return

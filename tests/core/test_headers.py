@@ -16,6 +16,7 @@ from jscore.headers import (
     headers_dict,
     Headers,
     HeadersInput,
+    bulk_headers,
     encode_headers,
     header_columns,
     header_lines_dict,
@@ -632,6 +633,52 @@ def test_header_columns_are_headers_dict_item_by_item(spec: list[tuple[str, list
         got.append(row)
     assert k == len(keys) and v == len(values)
     assert [None if d is None else list(d.items()) for d in got] == [None if d is None else list(d.items()) for d in want]
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["Nats-Msg-Id", "Nats-Msg-Id", "Nats-Msg-Id", "nats-msg-id", "K"]), _col_seps,
+                  _col_values, st.integers(1, 2)),
+        min_size=1, max_size=8,
+    )
+)  # fmt: skip
+def test_header_columns_of_lines_only_are_header_lines_dict_item_by_item(
+    spec: list[tuple[str, str, str, int]],
+) -> None:
+    """Checked header lines alone (a bulk reader's batch), mostly one ``Nats-Msg-Id`` line each:
+    the columns read item by item as :func:`header_lines_dict` does, whichever way they were split."""
+    items = [f"{k}{sep}{v}\r\n" * lines for k, sep, v, lines in spec]
+    counts, keys, value_counts, values = header_columns(items)
+    got: list[dict[str, list[str]]] = []
+    k = v = 0
+    for c in counts:
+        assert c is not None
+        row: dict[str, list[str]] = {}
+        for _ in range(c):
+            n = 1 if value_counts is None else value_counts[k]
+            row[keys[k]] = values[v : v + n]
+            k += 1
+            v += n
+        got.append(row)
+    assert k == len(keys) and v == len(values)
+    assert got == [header_lines_dict(item) for item in items]
+
+
+def test_bulk_headers_keep_a_checked_block_as_its_lines() -> None:
+    checked = parse_header_block(b"NATS/1.0\r\nNats-Msg-Id: a\r\nX: 1\r\n\r\n")[0]
+    assert bulk_headers(checked) == "Nats-Msg-Id: a\r\nX: 1\r\n"
+    assert bulk_headers(None) is None
+    by_hand = Headers({"A": "1"})
+    assert bulk_headers(by_hand) is by_hand  # (no block: the headers themselves)
+    split = parse_header_block(b"NATS/1.0\r\nA: 1\r\n\r\n")[0]
+    split.items()
+    assert bulk_headers(split) is split
+    general = parse_header_block(b"NATS/1.0\r\nA:  1 \r\n\r\n")[0]  # (not the common form)
+    assert bulk_headers(general) is general
+    for h in (checked, by_hand, split, general):
+        bulk = bulk_headers(h)
+        assert (header_lines_dict(bulk) if isinstance(bulk, str) else headers_dict(h)) == headers_dict(h)
 
 
 def test_header_columns_of_one_line_each_take_the_batch_path() -> None:
