@@ -156,6 +156,28 @@ def test_the_servers_form_takes_the_lane_in_one_run() -> None:
     assert run_msgs[3].headers is None
 
 
+def test_a_frame_that_starts_otherwise_is_read_in_full() -> None:
+    """The lane matches a frame from its ack numbers on when it starts as the one before it did;
+    one with another subject, consumer or kind (each of the same length) is read in full."""
+    block = b"NATS/1.0\r\nNats-Msg-Id: w-0-1\r\n\r\n"
+    frames = [
+        hmsg(reply_of(0, 1), block, b"a"),
+        hmsg(reply_of(0, 2), block, b"b", subject=b"s.y"),  # (another subject)
+        hmsg(reply_of(1, 3), block, b"c", subject=b"s.y"),  # (another consumer)
+        b"MSG s.y 13 %s 1\r\nd\r\n" % reply_of(1, 4).encode(),  # (no headers)
+        hmsg(reply_of(1, 5), block, b"e", subject=b"s.y"),
+        hmsg(reply_of(1, 6), block, b"f", subject=b"s.y"),
+    ]
+    msgs, error, runs, read = parse(True, b"".join(frames), [])
+    assert error is None and read == 6 and len(runs) == 1
+    run_msgs, cursors = runs[0]
+    assert [m.subject for m in run_msgs] == ["s.x", "s.y", "s.y", "s.y", "s.y", "s.y"]
+    assert [c[0] for c in cursors] == ["OC_x_1", "OC_x_1", "OC_x_2", "OC_x_2", "OC_x_2", "OC_x_2"]
+    assert cursors == [ack_cursor(m.reply) for m in run_msgs]
+    assert [m.headers is None for m in run_msgs] == [False, False, False, True, False, False]
+    assert msgs == parse(False, b"".join(frames), [])[0]
+
+
 def test_a_frame_the_lane_leaves_ends_its_run_and_the_next_starts_another() -> None:
     good = b"MSG s.x 13 %s 1\r\nx\r\n" % reply_of(0, 1).encode()
     v2 = b"MSG s.x 13 %s 1\r\nx\r\n" % reply_of(2, 2).encode()
