@@ -41,6 +41,7 @@ import re
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 try:
@@ -802,6 +803,10 @@ ARROW_BATCH_ROWS: Final = 4096
 """Rows per Arrow record batch handed to Spark by the readers."""
 
 
+_RECORD_COLUMNS: Final = tuple(itemgetter(i) for i in range(5))
+"""What takes each column of a :data:`Record` (subject, payload, headers, sequence, time)."""
+
+
 def _arrow_schema() -> Any:
     """:data:`SCHEMA` as the Arrow schema Spark expects from a Python source (built by PySpark's
     own converter, whose signature differs between 4.0 and 4.2+)."""
@@ -844,7 +849,9 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
     stream = ropts.stream
 
     def batch(records: list[Record]) -> Any:
-        subjects, datas, headers, seqs, stamps = zip(*records)  # (the columns, in C)
+        # (the columns, in C: a pass per column makes no iterator per record, as zip(*records)
+        # would, that the garbage collector counts)
+        subjects, datas, headers, seqs, stamps = [list(map(column, records)) for column in _RECORD_COLUMNS]
         arrays = [
             pa.array(subjects, type=types[0]),
             pa.array(datas, type=types[1]),
