@@ -477,7 +477,7 @@ def _one_key_lines(
     text at once, no step per item; None when they are not."""
     n = len(items)
     text = "\r\n" + "".join(items)  # (checked lines end with CR LF, and hold no other CR or LF)
-    if text.count("\r\n") != n + 1:  # (one line each: every item holds at least one)
+    if text.count("\n") != n + 1:  # (one line each: every item holds at least one; LF only ends a line)
         return None
     first = items[0]
     key = first[: first.find(":")]

@@ -32,6 +32,7 @@ Options are strings (Kafka connector style), validated on the driver; every erro
 
 from __future__ import annotations
 
+import array
 import hashlib
 import itertools
 import json
@@ -682,9 +683,9 @@ def _headers_array(items: Sequence[Headers | str | None], type_: Any) -> Any:
     import pyarrow as pa
 
     counts, keys, value_counts, values = header_columns(items)
-    offsets: Sequence[int | None]
+    offsets: Any
     if counts.count(1) == len(counts):  # (one key each: a writer's msg id)
-        offsets = range(len(counts) + 1)
+        offsets = _count_up(len(counts))
     else:
         built: list[int | None] = []
         at = 0
@@ -695,19 +696,32 @@ def _headers_array(items: Sequence[Headers | str | None], type_: Any) -> Any:
                 built.append(at)
                 at += c
         built.append(at)
-        offsets = built
+        offsets = pa.array(built, type=pa.int32())
     if value_counts is None:
-        value_offsets: Any = range(len(values) + 1)
+        value_offsets = _count_up(len(values))
     else:
-        value_offsets = [0]
         total = 0
+        running = [0]
         for c in value_counts:
             total += c
-            value_offsets.append(total)
-    lists = pa.ListArray.from_arrays(
-        pa.array(value_offsets, type=pa.int32()), pa.array(values, type=pa.string()), type=type_.item_type
-    )
-    return pa.MapArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(keys, type=pa.string()), lists, type=type_)
+            running.append(total)
+        value_offsets = pa.array(running, type=pa.int32())
+    string = pa.string()
+    if keys and keys.count(keys[0]) == len(keys):  # (one key name throughout: made in one call)
+        key_array = pa.repeat(pa.scalar(keys[0], string), len(keys))
+    else:
+        key_array = pa.array(keys, type=string)
+    lists = pa.ListArray.from_arrays(value_offsets, pa.array(values, type=string), type=type_.item_type)
+    return pa.MapArray.from_arrays(offsets, key_array, lists, type=type_)
+
+
+def _count_up(n: int) -> Any:
+    """The Arrow int32 array ``0, 1, ..., n`` (the offsets of ``n`` items of one each), built in C."""
+    import pyarrow as pa
+
+    if array.array("i").itemsize != 4:  # (a C int of another size: element by element)
+        return pa.array(range(n + 1), type=pa.int32())
+    return pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(array.array("i", range(n + 1)))])
 
 
 def _headers_dict(headers: Headers | str | None) -> dict[str, list[str]] | None:
@@ -856,7 +870,7 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
             pa.array(subjects, type=types[0]),
             pa.array(datas, type=types[1]),
             _headers_array(headers, types[2]),
-            pa.array([stream] * len(seqs), type=types[3]),
+            pa.repeat(pa.scalar(stream, types[3]), len(seqs)),
             pa.array(seqs, type=types[4]),
             _stamp_array(stamps, types[5]),
         ]

@@ -396,12 +396,17 @@ def test_headers_column_is_each_messages_headers_by_key() -> None:
     same map as the dict of each message's headers, null where there are none."""
     import pyarrow as pa
 
-    from jscore.headers import Headers, parse_header_block
+    from jscore.headers import Headers, bulk_headers, parse_header_block
 
     type_ = dsmod._arrow_schema().field("headers").type
     one = [parse_header_block(b"NATS/1.0\r\nNats-Msg-Id: r-%d\r\n\r\n" % i)[0] for i in range(3)]
     many = parse_header_block(b"NATS/1.0\r\nA: 1\r\nB: x\r\nA: 2\r\n\r\n")[0]
-    for items in (one, [one[0], None, "K: v\r\n", "", one[1]], [None, many, one[2], Headers([("C", "z")])], [None, None], []):
+    lines = [bulk_headers(h) for h in one]  # (as a read keeps them: one key, one value each)
+    assert all(isinstance(h, str) for h in lines)
+    for items in (
+        one, [one[0], None, "K: v\r\n", "", one[1]], [None, many, one[2], Headers([("C", "z")])], [None, None], [],
+        lines, ["A: 1\r\n", "B: 2\r\n"], ["A: 1\r\n", None, "A: 2\r\n"], ["A: 1\r\nA: 2\r\n", "A: 3\r\n"],
+    ):
         got = dsmod._headers_array(list(items), type_)
         assert got.type == type_
         want = [None if (d := dsmod._headers_dict(h) if h else None) is None else list(d.items()) for h in items]
