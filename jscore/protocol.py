@@ -317,25 +317,22 @@ _DIRECT_OWN_LINES: Final = direct_own_lines_re(r"[ -~\t]").encode()
 # so below 2**64), then for HMSG the two sizes and a header block of the common form in
 # printable ASCII. The groups: subject, sid, ack subject, consumer, stream sequence, consumer
 # sequence, time stamp, then (HMSG) header size, total size, header block; (MSG) size.
+# The _REST patterns are the same from the ack subject's delivery count on (the groups from the
+# stream sequence on). Each piece before it ends at a delimiter it cannot hold, so the rest
+# matched where a frame's delivery count starts gives what a match of the whole frame would: a
+# run's frame that starts as the one before it did, up to there, is matched from there on.
 _ACK_TOKEN: Final = rb"[!-\-/-~]+"  # (printable ASCII but the dot)
 _ACK_NUM: Final = rb"(?:0|[1-9][0-9]{0,18})"
-# A delivery's control line up to its ack subject's delivery count, the same for every delivery of
-# one consumer to one subject (a run's frames but the first are matched from there on): H for an
-# HMSG, the subject, the sid, the consumer (each piece ends at a delimiter it cannot hold, so what
-# the two parts match together is what one match of the whole would).
-_DELIVERY_PREFIX: Final = re.compile(
-    rb"(H?)MSG ([!-~]+) ([0-9]{1,10}) \$JS\.ACK\." + _ACK_TOKEN + rb"\.(" + _ACK_TOKEN + rb")\."
-).match
-# The rest from the delivery count on: stream sequence, consumer sequence, time stamp (the pending
-# count ends the ack subject), then for HMSG the two sizes and a header block of the common form in
-# printable ASCII, for MSG the size.
-_DELIVERY_NUMS: Final = (
-    _ACK_NUM + rb"\.(" + _ACK_NUM + rb")\.(" + _ACK_NUM + rb")\.(" + _ACK_NUM + rb")\." + _ACK_NUM + rb" "
+_DELIVERY_HEAD: Final = rb"([!-~]+) ([0-9]{1,10}) (\$JS\.ACK\." + _ACK_TOKEN + rb"\.(" + _ACK_TOKEN + rb")\."
+_DELIVERY_NUMS: Final = _ACK_NUM + rb"\.(" + _ACK_NUM + rb")\.(" + _ACK_NUM + rb")\.(" + _ACK_NUM + rb")\." + _ACK_NUM
+_DELIVERY_HMSG_SIZES: Final = (
+    rb" ([0-9]{1,7}) ([0-9]{1,10})\r\n(" + common_block_re(r"[ -~\t]").encode() + rb")"
 )
-_DELIVERY_HMSG_REST: Final = re.compile(
-    _DELIVERY_NUMS + rb"([0-9]{1,7}) ([0-9]{1,10})\r\n(" + common_block_re(r"[ -~\t]").encode() + rb")"
-).match
-_DELIVERY_MSG_REST: Final = re.compile(_DELIVERY_NUMS + rb"([0-9]{1,10})\r\n").match
+_DELIVERY_MSG_SIZE: Final = rb" ([0-9]{1,10})\r\n"
+_DELIVERY_HMSG: Final = re.compile(rb"HMSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_HMSG_SIZES).match
+_DELIVERY_MSG: Final = re.compile(rb"MSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_MSG_SIZE).match
+_DELIVERY_HMSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_HMSG_SIZES).match
+_DELIVERY_MSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_MSG_SIZE).match
 _consumer_cache: dict[bytes, str] = {}
 """Consumer names of deliveries read in the :class:`AckLane` (printable ASCII, checked by its match)."""
 
@@ -516,9 +513,9 @@ class Parser:
     def _delivery_run(self, buf: bytes, pos: int, append: Callable[[ParserEvent], None]) -> int:
         """Read the run of deliveries at ``pos`` on one subscription armed for them (see
         :class:`AckLane`) into one :class:`MsgsReceived` with cursors; returns where the run ends
-        (``pos`` when there is none). A frame that starts as the one before it did (the same
-        kind, subject, sid and consumer: :data:`_DELIVERY_PREFIX`) is matched from its ack
-        subject's numbers on."""
+        (``pos`` when there is none). While each frame starts as the one before it did (the
+        same kind, subject, sid and consumer), it is matched from its delivery count on (see
+        :data:`_DELIVERY_HMSG_REST`); after one that does not, the run's frames are matched whole."""
         lane = self._lane
         assert lane is not None
         sids = lane.delivery_sids
@@ -533,17 +530,38 @@ class Parser:
         run_sid = b""
         sid = 0
         size = 0
-        prefix = b""  # how the frame before started, up to its delivery count
-        plen = reply_at = base = 0
+        prefix = b""  # how the frame before started, up to its delivery count (b"": not looked for)
+        same = True  # every frame so far started as the one before it
         rest = _DELIVERY_MSG_REST
         headed = False
+        plen = reply_at = subject_len = 0
         subject = name = ""
         while True:
-            if not (prefix and buf.startswith(prefix, pos)):
-                h = _DELIVERY_PREFIX(buf, pos)
-                if h is None:
+            if prefix and buf.startswith(prefix, pos):
+                m = rest(buf, pos + plen)
+                if m is None:
                     break
-                kind_b, subject_b, sid_b, name_b = h.groups()
+                if headed:
+                    seq_b, cseq_b, stamp_b, hdr_b, total_b, block_b = m.groups()
+                    block_at = m.start(6)
+                else:
+                    seq_b, cseq_b, stamp_b, total_b = m.groups()
+                reply_b = buf[pos + reply_at : m.start(4) - 1]
+            else:
+                headed = buf.startswith(b"HMSG ", pos)
+                if headed:
+                    m = _DELIVERY_HMSG(buf, pos)
+                    if m is None:
+                        break
+                    subject_b, sid_b, reply_b, name_b, seq_b, cseq_b, stamp_b, hdr_b, total_b, block_b = m.groups()
+                    block_at = m.start(10)
+                elif buf.startswith(b"MSG ", pos):
+                    m = _DELIVERY_MSG(buf, pos)
+                    if m is None:
+                        break
+                    subject_b, sid_b, reply_b, name_b, seq_b, cseq_b, stamp_b, total_b = m.groups()
+                else:
+                    break
                 if sid_b != run_sid:
                     if run_sid or sid_b not in sids:
                         break
@@ -557,41 +575,34 @@ class Parser:
                         names.clear()
                     known = names[name_b] = name_b.decode()
                 name = known
-                prefix = h.group()
-                plen = len(prefix)
-                headed = kind_b == b"H"
-                rest = _DELIVERY_HMSG_REST if headed else _DELIVERY_MSG_REST
-                reply_at = h.end(3) + 1 - pos  # (where the ack subject starts, from the frame's start)
-                base = len(subject_b) - reply_at
-            m = rest(buf, pos + plen)
-            if m is None:
-                break
+                subject_len = len(subject_b)
+                if same:
+                    if prefix:  # (this frame started otherwise than the one before it: no more looking)
+                        same = False
+                        prefix = b""
+                    else:
+                        reply_at = m.start(3) - pos
+                        plen = m.end(4) + 1 - pos
+                        prefix = buf[pos : pos + plen]
+                        rest = _DELIVERY_HMSG_REST if headed else _DELIVERY_MSG_REST
+            after = m.end()
+            total = int(total_b)
             if headed:
-                seq_b, cseq_b, stamp_b, hdr_b, total_b, block_b = m.groups()
-                after = m.end()
-                block_at = m.start(6)
-                total = int(total_b)
                 if int(hdr_b) != after - block_at or total > max_msg:
                     break
                 stop = block_at + total
                 if stop < after or block_at - 2 - pos > MAX_CONTROL_LINE:
                     break
-                reply_end = m.start(4) - 1
                 headers: Headers | None = checked_block_headers(block_b.decode())
             else:
-                seq_b, cseq_b, stamp_b, total_b = m.groups()
-                after = m.end()
-                total = int(total_b)
                 if total > max_msg or after - 2 - pos > MAX_CONTROL_LINE:
                     break
                 stop = after + total
-                reply_end = m.start(4) - 1
                 headers = None
             if stop + 2 > n or not buf.startswith(b"\r\n", stop):
                 break  # (a payload still to come, or a size that does not add up: the general way)
-            reply_from = pos + reply_at
-            one = total + base + reply_end - pos  # (payload, header block, subject and ack subject)
-            add(MsgReceived(subject, sid, buf[reply_from:reply_end].decode(), buf[after:stop], headers, None, None, one))
+            one = total + subject_len + len(reply_b)
+            add(MsgReceived(subject, sid, reply_b.decode(), buf[after:stop], headers, None, None, one))
             add_cursor((name, int(seq_b), int(cseq_b), int(stamp_b)))
             size += one
             pos = stop + 2
