@@ -1066,8 +1066,8 @@ def iter_range_batches(
     request (no Python step per message between the client and the column builder). With ``direct`` (the ``directGet`` option),
     read with batched direct gets (:class:`jscore.directget.DirectRange`) when the stream has
     ``allow_direct`` and the filter is at most one subject: no consumer on the server, one
-    request per ``batch`` messages (:data:`DIRECT_BATCH`), about a third less client CPU per
-    message than an ordered consumer but about three times the server's. What direct gets cannot vouch for (a batch that ends before the
+    request per ``batch`` messages (:data:`DIRECT_BATCH`), a little more client CPU per message
+    than an ordered consumer and about three times the server's. What direct gets cannot vouch for (a batch that ends before the
     range does, a reply from a mirror, a direct get that fails) is read from the stream's leader
     with an ordered consumer, from where the direct gets stopped."""
     cursor = start
