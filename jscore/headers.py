@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Final, Union
+from typing import Final, Union, cast
 
 from .errors import BadHeaderError, InvalidOptionError, RemoteProtocolError
 
@@ -425,11 +425,12 @@ def header_columns(
     reader's Arrow column): per item the number of keys (None: no headers), every item's keys
     in order, per key its number of values (None: one each), the values in order. Item by item
     the same as :func:`headers_dict` (:class:`Headers`) or :func:`header_lines_dict` (the
-    checked header lines of a direct get, a ``str``). When every item with headers has exactly
-    one line as the parser checked it, the lines are split together: by slicing when they all
-    read ``Key: value`` with one key, else by one match over the batch."""
+    checked header lines of a direct get or a bulk reader, a ``str``). When every item with
+    headers has exactly one line as the parser checked it, the lines are split together: when
+    they are all text and read ``Key: value`` with one key, as one text (:func:`_one_key_lines`);
+    by slicing when they all read so otherwise; else by one match over the batch."""
     if items and set(map(type, items)) == {str} and "" not in items:
-        one = _one_key_lines(items)  # type: ignore[arg-type]
+        one = _one_key_lines(cast("Sequence[str]", items))
         if one is not None:
             return one
     counts: list[int | None] = []

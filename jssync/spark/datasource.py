@@ -737,7 +737,9 @@ def iter_range(
 ) -> Generator[JsMsg, None, None]:
     """Every stored message (of ``subjects``, if any) with a sequence in ``[start, end]``, in
     order, read with an ordered consumer that is deleted at the end (also when the caller stops
-    early). Stops by sequence; a short no-wait pull or ``num_pending == 0`` ends it early."""
+    early). Stops by sequence; a short no-wait pull or ``num_pending == 0`` ends it early. Each
+    no-wait pull asks for ``fetch_batch`` messages (:data:`DEFAULT_FETCH_BATCH`, 4096), which it
+    holds until they are taken: lower it for large messages."""
     return _one_by_one(_iter_ordered(js, stream, subjects, start, end, fetch_batch, records=False))
 
 
@@ -1042,9 +1044,10 @@ def read_partition(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> It
 
 Record = tuple[str, bytes, "Headers | str | None", int, "int | str | datetime"]
 """A message read by a task: subject, payload, its own headers, stream sequence, time stored.
-From a direct get the headers are usually the text of the header lines and the time RFC 3339
-text (:data:`jscore.jsapi.StoredRow`); from an ordered consumer the time is in nanoseconds since
-the epoch (from the ack subject). The columns are built from them without a Python object per
+The headers are usually the text of the header lines (from a direct get,
+:data:`jscore.jsapi.StoredRow`; from an ordered consumer, :func:`jscore.headers.bulk_headers`),
+else :class:`Headers`. The time is RFC 3339 text from a direct get, nanoseconds since the epoch
+from an ordered consumer (from the ack subject). The columns are built from them without a Python object per
 message (:func:`_headers_array`, :func:`_stamp_array`)."""
 
 

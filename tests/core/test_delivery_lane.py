@@ -178,6 +178,24 @@ def test_a_frame_that_starts_otherwise_is_read_in_full() -> None:
     assert msgs == parse(False, b"".join(frames), [])[0]
 
 
+def test_a_frame_that_differs_right_after_the_first_is_told_apart() -> None:
+    """While the lane still looks for the first frame's start, the next frame may differ from it
+    in its consumer, its subject (both of the same length) or its kind: each is read in full."""
+    block = b"NATS/1.0\r\nNats-Msg-Id: w-0-1\r\n\r\n"
+    first = hmsg(reply_of(0, 1), block, b"a")
+    for second in (
+        hmsg(reply_of(1, 2), block, b"b"),  # (another consumer: OC_x_2)
+        hmsg(reply_of(0, 2), block, b"b", subject=b"s.y"),
+        b"MSG s.x 13 %s 1\r\nb\r\n" % reply_of(0, 2).encode(),
+    ):
+        data = first + second + first.replace(b"a\r\n", b"c\r\n")
+        msgs, error, runs, read = parse(True, data, [])
+        assert error is None and read == 3 and len(runs) == 1
+        run_msgs, cursors = runs[0]
+        assert cursors == [ack_cursor(m.reply) for m in run_msgs]
+        assert msgs == parse(False, data, [])[0]
+
+
 def test_a_frame_the_lane_leaves_ends_its_run_and_the_next_starts_another() -> None:
     good = b"MSG s.x 13 %s 1\r\nx\r\n" % reply_of(0, 1).encode()
     v2 = b"MSG s.x 13 %s 1\r\nx\r\n" % reply_of(2, 2).encode()
