@@ -611,13 +611,11 @@ def _col_item(kind: str, triples: list[tuple[str, str, str]]) -> Headers | str |
     return h
 
 
-@settings(max_examples=600, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["none", "lines", "pairs", "block", "block", "split"]), _col_pairs), max_size=8))
-def test_header_columns_are_headers_dict_item_by_item(spec: list[tuple[str, list[tuple[str, str, str]]]]) -> None:
-    items = [_col_item(kind, pairs) for kind, pairs in spec]
-    want = [header_lines_dict(h) if isinstance(h, str) else (headers_dict(h) if h is not None else None) for h in items]
-    counts, keys, value_counts, values = header_columns(items)
-    assert len(counts) == len(items)
+def _rows_of_columns(
+    columns: tuple[list[int | None], list[str], list[int] | None, list[str]],
+) -> list[dict[str, list[str]] | None]:
+    """Each item's map, read back from :func:`header_columns`' columns (all of them used)."""
+    counts, keys, value_counts, values = columns
     got: list[dict[str, list[str]] | None] = []
     k = v = 0
     for c in counts:
@@ -632,6 +630,16 @@ def test_header_columns_are_headers_dict_item_by_item(spec: list[tuple[str, list
             v += n
         got.append(row)
     assert k == len(keys) and v == len(values)
+    return got
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["none", "lines", "pairs", "block", "block", "split"]), _col_pairs), max_size=8))
+def test_header_columns_are_headers_dict_item_by_item(spec: list[tuple[str, list[tuple[str, str, str]]]]) -> None:
+    items = [_col_item(kind, pairs) for kind, pairs in spec]
+    want = [header_lines_dict(h) if isinstance(h, str) else (headers_dict(h) if h is not None else None) for h in items]
+    got = _rows_of_columns(header_columns(items))
+    assert len(got) == len(items)
     assert [None if d is None else list(d.items()) for d in got] == [None if d is None else list(d.items()) for d in want]
 
 
@@ -649,20 +657,7 @@ def test_header_columns_of_lines_only_are_header_lines_dict_item_by_item(
     """Checked header lines alone (a bulk reader's batch), mostly one ``Nats-Msg-Id`` line each:
     the columns read item by item as :func:`header_lines_dict` does, whichever way they were split."""
     items = [f"{k}{sep}{v}\r\n" * lines for k, sep, v, lines in spec]
-    counts, keys, value_counts, values = header_columns(items)
-    got: list[dict[str, list[str]]] = []
-    k = v = 0
-    for c in counts:
-        assert c is not None
-        row: dict[str, list[str]] = {}
-        for _ in range(c):
-            n = 1 if value_counts is None else value_counts[k]
-            row[keys[k]] = values[v : v + n]
-            k += 1
-            v += n
-        got.append(row)
-    assert k == len(keys) and v == len(values)
-    assert got == [header_lines_dict(item) for item in items]
+    assert _rows_of_columns(header_columns(items)) == [header_lines_dict(item) for item in items]
 
 
 def test_bulk_headers_keep_a_checked_block_as_its_lines() -> None:
