@@ -333,6 +333,10 @@ _DELIVERY_HMSG: Final = re.compile(rb"HMSG " + _DELIVERY_HEAD + _DELIVERY_NUMS +
 _DELIVERY_MSG: Final = re.compile(rb"MSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_MSG_SIZE).match
 _DELIVERY_HMSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_HMSG_SIZES).match
 _DELIVERY_MSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_MSG_SIZE).match
+# The rest of a run's MSG frame that starts as the one before it did, up to its ack subject's
+# numbers (see Parser._parse): those numbers (no white space, so the general way's split gives the
+# same four arguments) and the size.
+_RUN_REST: Final = re.compile(rb"([0-9.]{1,100}) ([0-9]{1,10})\r\n").match
 _consumer_cache: dict[bytes, str] = {}
 """Consumer names of deliveries read in the :class:`AckLane` (printable ASCII, checked by its match)."""
 
@@ -633,7 +637,35 @@ class Parser:
         runs = lane.runs if lane is not None else None
         deliveries = lane.deliveries if lane is not None else None
         run: MsgsReceived | None = None  # the run the last event appended is (see AckLane)
+        # A run's MSG frames that start alike, up to their ack subject's numbers (a consume's or a
+        # fetch's deliveries of one subject): that start, as bytes, and what it holds. A next
+        # frame of the same run that starts with it is read from there on; one that does not
+        # ends the looking for the rest of this read.
+        looking = bool(runs)
+        fast = b""
+        fast_run: MsgsReceived | None = None
+        fast_len = fast_base = 0
+        fast_subject = fast_reply = ""
         while pos < n:
+            if fast and run is fast_run and buf.startswith(fast, pos):
+                m = _RUN_REST(buf, pos + fast_len)
+                if m is not None:
+                    nums_b, size_b = m.groups()
+                    start = m.end()
+                    size = int(size_b)
+                    stop = start + size
+                    if (
+                        start - 2 - pos <= MAX_CONTROL_LINE and size <= max_msg
+                        and stop + 2 <= n and buf.startswith(b"\r\n", stop)
+                    ):  # fmt: skip
+                        assert run is not None
+                        size += fast_base + len(nums_b)
+                        ack = fast_reply + nums_b.decode()
+                        run.msgs.append(MsgReceived(fast_subject, run.sid, ack, buf[start:stop], None, None, None, size))
+                        run.size += size
+                        pos = stop + 2
+                        continue
+                # (else the general way reads it, with its errors)
             end = buf.find(b"\r\n", pos, pos + MAX_INFO_LINE + 2)
             if end < 0:
                 self._check_partial_line(buf, pos, n)
@@ -754,6 +786,17 @@ class Parser:
                 else:
                     run = MsgsReceived(sid, [msg], size)
                     append(run)
+                if looking:
+                    if fast and fast_run is run:  # (it did not start as the one before it)
+                        looking = False
+                        fast = b""
+                    elif reply_b.startswith(b"$JS.ACK.") and reply_b.count(b".") == 8:  # (a v1 ack subject)
+                        cut = reply_b.find(b".", reply_b.find(b".", 8) + 1) + 1  # (after the consumer)
+                        want = b"MSG " + subject_b + b" " + sid_b + b" " + reply_b[:cut]
+                        if not any(want.startswith(h) or h.startswith(want) for h in lane_heads):  # (no lane's)
+                            fast, fast_run, fast_len = want, run, len(want)
+                            fast_subject, fast_reply = subject, reply_b[:cut].decode()
+                            fast_base = len(subject_b) + cut
             else:
                 append(msg)
                 run = None

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from jscore.errors import RemoteProtocolError
 from jscore.jsmsg import ack_cursor
-from jscore.protocol import MAX_CONTROL_LINE, AckLane, MsgReceived, MsgsReceived, Parser
+from jscore.protocol import MAX_CONTROL_LINE, PAYLOAD_MARGIN, AckLane, MsgReceived, MsgsReceived, Parser
 
 SID = 13
 _STAMP = 1764662400123456789
@@ -99,11 +99,15 @@ def _key(m: MsgReceived) -> tuple[Any, ...]:
     return m.subject, m.sid, m.reply, m.data, headers, m.status, m.description, m.size
 
 
-def parse(lane_on: bool, data: bytes, cuts: list[int]) -> tuple[list[Any], str | None, list[Any], int]:
+def parse(
+    lane_on: bool, data: bytes, cuts: list[int], runs: bool = True
+) -> tuple[list[Any], str | None, list[Any], int]:
     """(messages in order, the error, the lane's runs as (messages, cursors), deliveries read
-    by the lane)."""
+    by the lane). With ``lane_on`` false, SID's messages come in runs without cursors (a fetch's
+    or a consume's inbox), or with ``runs`` false one by one (a plain subscription)."""
     lane = AckLane("_INBOX.x")
-    lane.arm_runs(SID, cursors=lane_on)
+    if lane_on or runs:
+        lane.arm_runs(SID, cursors=lane_on)
     parser = Parser(max_payload=1 << 16, lane=lane)
     msgs: list[Any] = []
     runs: list[Any] = []
@@ -142,6 +146,68 @@ def test_the_lane_changes_nothing_but_the_cost(frames: list[bytes], cuts: list[i
         assert len(run_msgs) == len(cursors)
         assert {m.sid for m in run_msgs} == {SID}
         assert cursors == [ack_cursor(m.reply) for m in run_msgs]
+
+
+@st.composite
+def consume_frame(draw: st.DrawFn, seq: int) -> bytes:
+    """Mostly a consume's deliveries of one subject (MSG, v1 ack subjects), now and then one that
+    starts otherwise (consumer, subject, sid, spacing, ack subject), a size that does not add
+    up, headers or a status."""
+    roll = draw(st.integers(min_value=0, max_value=19))
+    if roll == 0:
+        return draw(frame(seq))
+    kind = draw(st.sampled_from([0] * 8 + [1, 2, 3, 5, 6, 8]))
+    reply = reply_of(kind, seq).encode()
+    subject = draw(st.sampled_from([b"s.x"] * 6 + [b"s.y", "ü.x".encode()]))
+    sid = draw(st.sampled_from([SID] * 8 + [1, 130]))
+    sep = draw(st.sampled_from([b" "] * 12 + [b"  ", b"\t"]))
+    payload = draw(st.binary(max_size=12))
+    delta = draw(st.sampled_from([0] * 16 + [-1, 1]))
+    return b"MSG %s %d%s%s %d\r\n%s\r\n" % (subject, sid, sep, reply, len(payload) + delta, payload)
+
+
+@st.composite
+def consume_script(draw: st.DrawFn) -> list[bytes]:
+    return [draw(consume_frame(seq)) for seq in range(1, draw(st.integers(min_value=1, max_value=12)) + 1)]
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(frames=[b"MSG s.x 13 " + reply_of(0, i).encode() + b" 1\r\nx\r\n" for i in range(1, 5)], cuts=[])
+@example(frames=[b"MSG s.x 13 " + reply_of(0, 1).encode() + b" 1\r\nx\r\n",
+                 b"MSG s.x 13 " + reply_of(1, 2).encode() + b" 1\r\nx\r\n"], cuts=[])
+@given(frames=st.one_of(script(), consume_script()), cuts=st.lists(st.integers(min_value=0), max_size=4))
+def test_runs_without_cursors_change_nothing_but_the_cost(frames: list[bytes], cuts: list[int]) -> None:
+    """A fetch's or a consume's inbox: its messages in runs, where a frame that starts as the one
+    before it did (up to its ack subject's numbers) is read from there on, are the messages,
+    sizes and error of the same bytes read one by one."""
+    data = b"".join(frames)
+    msgs, error, _, _ = parse(False, data, cuts)
+    plain, plain_error, runs, _ = parse(False, data, cuts, runs=False)
+    assert runs == []
+    assert msgs == plain
+    assert error == plain_error
+
+
+def test_a_runs_frames_that_start_alike_are_each_read_whole() -> None:
+    """A consume's deliveries of one subject: each message as the general way reads it, also
+    when one in the middle has another consumer, subject or spacing, or a payload still to come."""
+    frames = [b"MSG s.x 13 %s 2\r\np%d\r\n" % (reply_of(0, i).encode(), i) for i in range(1, 6)]
+    frames.insert(2, b"MSG s.x 13 %s 2\r\nq1\r\n" % reply_of(1, 9).encode())
+    frames.insert(4, b"MSG s.x 13  %s 2\r\nq2\r\n" % reply_of(0, 10).encode())
+    data = b"".join(frames)
+    for cuts in ([], [len(frames[0]) + 7], [len(data) - 3]):
+        msgs, error, _, _ = parse(False, data, cuts)
+        assert error is None and len(msgs) == 7
+        assert msgs == parse(False, data, cuts, runs=False)[0]
+        assert [m[3] for m in msgs] == [b"p1", b"p2", b"q1", b"p3", b"q2", b"p4", b"p5"]
+
+
+def test_a_runs_frame_over_the_payload_limit_is_the_general_ways_error() -> None:
+    big = b"y" * ((1 << 16) + PAYLOAD_MARGIN + 1)
+    frames = [b"MSG s.x 13 %s %d\r\n%s\r\n" % (reply_of(0, i).encode(), len(p), p) for i, p in ((1, b"a"), (2, big))]
+    results = [parse(False, b"".join(frames), [], runs=runs) for runs in (True, False)]
+    assert results[0][:2] == results[1][:2]
+    assert results[0][1] is not None and "exceeds max_payload" in results[0][1]
 
 
 def test_the_servers_form_takes_the_lane_in_one_run() -> None:
