@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""The parser's delivery lane alone (an ordered consumer's or a watcher's inbox): microseconds of
-CPU per frame to read a buffer of 1,000 JetStream deliveries into one run with its cursors, for
-one or more source trees, interleaved, no server and no socket.
+"""The parser alone on JetStream deliveries: microseconds of CPU per frame to read a buffer of
+1,000 of them into one run (with its cursors, on an ordered consumer's or a watcher's inbox: the
+delivery lane), for one or more source trees, interleaved, no server and no socket.
 
     .venv/bin/python bench/bench_parse.py /path/to/before . --rounds 5
 
@@ -10,7 +10,9 @@ Cases (128-byte payloads, v1 ack subjects as nats-server writes them):
 * ``one_subject_hmsg``: every frame to one subject with a ``Nats-Msg-Id`` header (a Spark read
   of a stream the Spark writers wrote);
 * ``many_subjects_msg``: every frame to its own subject, no headers (a KV listing's deliveries);
-* ``many_subjects_hmsg``: the same with a ``KV-Operation`` header.
+* ``many_subjects_hmsg``: the same with a ``KV-Operation`` header;
+* ``consume_msg``: a fetch's or a consume's inbox (runs without cursors, the general way's parse):
+  every frame to one subject, no headers.
 
 Each tree runs in its own process (it imports the ``jscore`` of its own directory); the table
 shows the median and [min..max] over the rounds of each process's best of 7 timings.
@@ -25,7 +27,7 @@ import statistics
 import subprocess
 import sys
 
-CASES = ("one_subject_hmsg", "many_subjects_msg", "many_subjects_hmsg")
+CASES = ("one_subject_hmsg", "many_subjects_msg", "many_subjects_hmsg", "consume_msg")
 
 CHILD = r"""
 import json, sys, timeit
@@ -36,9 +38,9 @@ def frames(case):
     out = []
     for i in range(1000):
         reply = b"$JS.ACK.S.OC_abcdEFGH_1.1.%d.%d.1764690000123456789.%d" % (i + 1, i + 1, 200000 - i - 1)
-        subject = b"read.s" if case == "one_subject_hmsg" else b"$KV.B.k.%05d" % i
+        subject = b"read.s" if case in ("one_subject_hmsg", "consume_msg") else b"$KV.B.k.%05d" % i
         payload = b"x" * 128
-        if case == "many_subjects_msg":
+        if case in ("many_subjects_msg", "consume_msg"):
             out.append(b"MSG %s 17 %s %d\r\n%s\r\n" % (subject, reply, len(payload), payload))
             continue
         hdr = (b"NATS/1.0\r\nNats-Msg-Id: w-abcdef0123456789:0:%d\r\n\r\n" % i if case == "one_subject_hmsg"
@@ -50,7 +52,7 @@ result = {}
 for case in sys.argv[2].split(","):
     buf = frames(case)
     lane = AckLane("_INBOX.x")
-    lane.arm_runs(17, cursors=True)
+    lane.arm_runs(17, cursors=case != "consume_msg")
     parser = Parser(max_payload=1 << 20, lane=lane)
     def feed():
         events = parser.feed(buf)
