@@ -786,7 +786,7 @@ class Parser:
                 else:
                     run = MsgsReceived(sid, [msg], size)
                     append(run)
-                if looking:
+                if looking and not (deliveries and sid in deliveries):  # (the delivery lane's own: not here)
                     if fast and fast_run is run:  # (it did not start as the one before it)
                         looking = False
                         fast = b""

@@ -202,6 +202,29 @@ def test_a_runs_frames_that_start_alike_are_each_read_whole() -> None:
         assert [m[3] for m in msgs] == [b"p1", b"p2", b"q1", b"p3", b"q2", b"p4", b"p5"]
 
 
+def test_a_delivery_the_lane_left_does_not_take_the_next_ones_from_it() -> None:
+    """On an ordered consumer's inbox, a delivery the lane leaves to the general way (other
+    spacing, a pending count past the lane's digits) does not make the frames after it skip the
+    lane: they come with their cursors."""
+    for odd in (
+        b"MSG s.x 13 %s  1\r\na\r\n" % reply_of(0, 1).encode(),
+        b"MSG s.x 13 %s 1\r\na\r\n" % reply_of(3, 1).encode(),
+    ):
+        good = [b"MSG s.x 13 %s 1\r\n%d\r\n" % (reply_of(0, i).encode(), i) for i in range(2, 5)]
+        msgs, error, runs, read = parse(True, odd + b"".join(good), [])
+        assert error is None and len(msgs) == 4 and read == 3
+        assert [len(r[0]) for r in runs] == [3]
+
+
+def test_a_long_control_line_in_a_run_is_the_general_ways_error() -> None:
+    start = b"MSG " + b"L" * (MAX_CONTROL_LINE - 40) + b" 13 $JS.ACK.S.C."
+    first = start + b"1.1.1.1.1 1\r\nx\r\n"  # (a line just below the limit)
+    long = start + b"1." * 20 + b"1 1\r\nx\r\n"  # (the same start, numbers past the line's limit)
+    assert len(first) - 5 <= MAX_CONTROL_LINE + 2 < len(long) - 5
+    results = [parse(False, first + long, [], runs=runs) for runs in (True, False)]
+    assert results[0][:2] == results[1][:2] == ([], "control line too long")
+
+
 def test_a_runs_frame_over_the_payload_limit_is_the_general_ways_error() -> None:
     big = b"y" * ((1 << 16) + PAYLOAD_MARGIN + 1)
     frames = [b"MSG s.x 13 %s %d\r\n%s\r\n" % (reply_of(0, i).encode(), len(p), p) for i, p in ((1, b"a"), (2, big))]
