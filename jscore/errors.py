@@ -694,7 +694,13 @@ class BucketSealedError(JetStreamError):
     """The bucket is sealed: it can be read but not changed."""
 
 
+class ChunkOrderError(JetStreamError):
+    """A put's chunk was stored after a chunk published later (a publish sent again after the
+    server answered 503 no responders, while it restarted): the object would read back
+    scrambled, so the put is undone (its chunks purged, the previous object kept). Put again."""
+
+
 __all__ += [
     "InvalidBucketNameError", "InvalidObjectNameError", "ObjectNotFoundError",
-    "ObjectExistsError", "BadObjectMetaError", "DigestMismatchError", "BucketSealedError",
+    "ObjectExistsError", "BadObjectMetaError", "DigestMismatchError", "BucketSealedError", "ChunkOrderError",
 ]

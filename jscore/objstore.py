@@ -24,6 +24,7 @@ import msgspec
 
 from .errors import (
     BadObjectMetaError,
+    ChunkOrderError,
     DigestMismatchError,
     InvalidBucketNameError,
     InvalidObjectNameError,
@@ -337,14 +338,27 @@ def check_digest(expected: str | None, computed: bytes) -> None:
 
 
 class PutProgress:
-    """A put's running totals: the chunk count and size that go into the metadata."""
+    """A put's running totals: the chunk count and size that go into the metadata, and the
+    stream sequence of the last chunk stored."""
 
-    __slots__ = ("chunks", "size", "chunk_size")
+    __slots__ = ("chunks", "size", "chunk_size", "last_seq")
 
     def __init__(self, chunk_size: int) -> None:
         self.chunk_size = check_chunk_size(chunk_size)
         self.chunks = 0
         self.size = 0
+        self.last_seq = 0
+
+    def stored(self, seq: int) -> None:
+        """The PubAck of the next chunk, in the order they were published: a reader reads the
+        chunks in stream order, so each must be stored after the one before it
+        (:class:`ChunkOrderError` if not: a re-sent publish overtaken by later ones)."""
+        if seq <= self.last_seq:
+            raise ChunkOrderError(
+                f"chunk stored at sequence {seq}, before the chunk published ahead of it "
+                f"(sequence {self.last_seq}): a publish was sent again after later ones; the put is undone"
+            )
+        self.last_seq = seq
 
     def add(self, n: int) -> None:
         if not 0 < n <= self.chunk_size:

@@ -260,9 +260,9 @@ class ObjectStore:
                 in_flight.append(publish_async(subject, chunk, timeout=timeout))
                 del chunk
                 while len(in_flight) >= window:
-                    in_flight.popleft().result(timeout)
+                    progress.stored(in_flight.popleft().result(timeout).seq)
             while in_flight:
-                in_flight.popleft().result(timeout)
+                progress.stored(in_flight.popleft().result(timeout).seq)
             info = progress.info(
                 name=name, bucket=self._bucket, nuid=nuid, sha256=sha.digest(),
                 description=description, headers=hdrs, metadata=metadata,

@@ -13,6 +13,7 @@ import pytest
 from jscore import objstore as O
 from jscore.errors import (
     BadObjectMetaError,
+    ChunkOrderError,
     DigestMismatchError,
     InvalidBucketNameError,
     InvalidObjectNameError,
@@ -67,6 +68,16 @@ def test_digest_roundtrip() -> None:
     for bad in ("MD5=abc", "SHA-256=!!", "SHA-256=" + base64.urlsafe_b64encode(b"short").decode(), "x"):
         with pytest.raises(DigestMismatchError):
             O.digest_bytes(bad)
+
+
+def test_a_put_takes_its_chunks_stored_in_order_only() -> None:
+    p = O.PutProgress(4)
+    for seq in (3, 4, 9):
+        p.stored(seq)
+    with pytest.raises(ChunkOrderError, match="sequence 8, before the chunk published ahead of it .sequence 9"):
+        p.stored(8)
+    with pytest.raises(ChunkOrderError):
+        p.stored(9)  # (the same sequence twice: not a chunk of its own)
 
 
 def test_meta_document_go_shape() -> None:

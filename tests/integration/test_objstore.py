@@ -8,6 +8,7 @@ import io
 import secrets
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from jscore import objstore as O
 from jscore.errors import (
     BucketNotFoundError,
     BucketSealedError,
+    ChunkOrderError,
     DigestMismatchError,
     InvalidBucketNameError,
     InvalidObjectNameError,
@@ -526,6 +528,46 @@ def test_create_again(js: JetStream, obs: ObjectStore) -> None:
     assert same.bucket == obs.bucket
     with pytest.raises(StreamNameInUseError):
         js.create_object_store(obs.bucket, storage="memory", description="different")
+
+
+def test_a_put_whose_chunks_were_stored_out_of_order_is_undone(
+    obs: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk re-sent after later ones (the client sends a publish again after a 503 no
+    responders, as a restarting server gives) lands after them: the put fails with
+    ChunkOrderError, its chunks are purged and the previous object stays."""
+    old = secrets.token_bytes(50)
+    obs.put("o", old, chunk_size=16)
+    js = obs._js
+    real = js.publish_async
+    chunks: list[None] = []
+    deferred: list[Any] = []
+
+    class Later:
+        def result(self, timeout: float | None = None) -> Any:
+            return deferred[0].result(timeout)
+
+    def reordered(subject: str, payload: bytes, **kw: Any) -> Any:
+        if ".C." not in subject:
+            return real(subject, payload, **kw)
+        chunks.append(None)
+        if len(chunks) == 2:  # the second chunk held back ...
+            deferred.append((subject, payload, kw))
+            return Later()
+        fut = real(subject, payload, **kw)
+        if len(chunks) == 3:  # ... and published after the third
+            s, p, k = deferred.pop()
+            deferred.append(real(s, p, **k))
+        return fut
+
+    monkeypatch.setattr(js, "publish_async", reordered)
+    with pytest.raises(ChunkOrderError):
+        obs.put("o", secrets.token_bytes(64), chunk_size=16)
+    monkeypatch.setattr(js, "publish_async", real)
+    assert obs.get_bytes("o") == old
+    info = obs.info("o")
+    subjects = js.stream_info(f"OBJ_{obs.bucket}", subjects_filter=">").state.subjects or {}
+    assert [k for k in subjects if ".C." in k] == [f"$O.{obs.bucket}.C.{info.nuid}"]  # (the new chunks: purged)
 
 
 def test_put_across_a_server_restart_ends_cleanly(nats_server: NatsServer, clients: Callable[..., Client]) -> None:  # noqa: F811
