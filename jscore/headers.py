@@ -485,10 +485,8 @@ def _one_key_lines(
     head = "\r\n" + key + ": "
     if text.count(head) != n or head + " " in text or head + "\t" in text:
         return None  # (another key, or a value the common line's match would strip)
-    values = text[len(head) : -2].split(head)
-    if len(values) != n:  # (cannot happen: head starts with the only CR LF a line holds)
-        return None
-    return [1] * n, [key] * n, None, values
+    # (head starts with the CR LF before a line, so its n places are the n lines' starts)
+    return [1] * n, [key] * n, None, text[len(head) : -2].split(head)
 
 
 def _header_columns_general(
