@@ -822,7 +822,7 @@ class AccountInfo(_Model, kw_only=True):
 # =========================================================================== messages
 
 
-class PubAck(msgspec.Struct, frozen=True, kw_only=True):
+class PubAck(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The acknowledgement of a stored (or deduplicated) message."""
 
     stream: str

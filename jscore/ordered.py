@@ -63,6 +63,8 @@ import builtins
 import enum
 from datetime import datetime
 from collections.abc import Sequence
+from itertools import islice
+from operator import lt as _lt
 from typing import Any, ClassVar, Final, Protocol, Union
 
 import msgspec
@@ -602,13 +604,43 @@ class OrderedConsumerState:
             raise LocalProtocolError(f"a delivery checked while no consumer is active (state {self.state})")
         if consumer_seq != self.consumer_seq + 1 or stream_seq <= self.stream_seq:
             return False
+        self._advance(stream_seq, consumer_seq)
+        return True
+
+    def _advance(self, stream_seq: int, consumer_seq: int) -> None:
         self.consumer_seq = consumer_seq
         self.stream_seq = stream_seq
         self._cursor_known = True
         if not self._progress:
             self._progress = True
             self._strikes = 0
-        return True
+
+    def on_messages(self, stream_seqs: Sequence[int], consumer_seqs: Sequence[int]) -> int:
+        """:meth:`on_message` for a run of deliveries in turn, up to the first one out of order:
+        returns how many were in order (the cursor is past them). A run in order throughout
+        is checked without a call per delivery."""
+        n = len(consumer_seqs)
+        if n != len(stream_seqs):
+            raise LocalProtocolError("a run's stream and consumer sequences differ in number")
+        if n == 0:
+            return 0
+        if self.state is not OrderedState.ACTIVE:
+            raise LocalProtocolError(f"a delivery checked while no consumer is active (state {self.state})")
+        first = self.consumer_seq + 1
+        if (
+            stream_seqs[0] > self.stream_seq
+            and consumer_seqs[0] == first
+            and consumer_seqs[n - 1] == first + n - 1
+            and list(consumer_seqs) == list(range(first, first + n))
+            and all(map(_lt, stream_seqs, islice(stream_seqs, 1, None)))
+        ):
+            self._advance(stream_seqs[n - 1], consumer_seqs[n - 1])
+            return n
+        ok = 0
+        on_message = self.on_message
+        while ok < n and on_message(stream_seqs[ok], consumer_seqs[ok]):
+            ok += 1
+        return ok
 
     # ------------------------------------------------------------------ resets
 
@@ -1054,10 +1086,7 @@ class OrderedMachine:
         n = len(delivered)
         if n > len(taken) or (n and delivered[0] is not taken[0]):
             raise LocalProtocolError("the inner machine delivered messages that are not its run's")
-        on_message = self.state.on_message
-        ok = 0
-        while ok < n and on_message(seqs[ok], cseqs[ok]):
-            ok += 1
+        ok = self.state.on_messages(seqs[:n] if n < len(seqs) else seqs, cseqs[:n] if n < len(cseqs) else cseqs)
         if ok:
             self.delivered += ok
             if self._consume is not None:

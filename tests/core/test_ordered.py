@@ -12,7 +12,7 @@ import random
 from datetime import datetime, timezone
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from jscore import errors, models
@@ -535,3 +535,57 @@ def test_delivered_sequence_is_complete_and_strictly_increasing(ops: list[str]) 
                 st_.reset(now, ResetReason.GAP)
                 break
     assert got == list(range(1, len(got) + 1))
+
+
+# ----------------------------------------------------------------------------- a run at once
+
+
+def _one_by_one(st_: OrderedConsumerState, sseqs: list[int], cseqs: list[int]) -> int:
+    ok = 0
+    while ok < len(sseqs) and st_.on_message(sseqs[ok], cseqs[ok]):
+        ok += 1
+    return ok
+
+
+_STEPS = ([1, 1, 1, 1, 2, 0, -1], [1, 1, 1, 3, 0, -2])  # (the consumer and stream sequences' steps)
+
+
+@settings(max_examples=400, deadline=None)
+@example(start=(0, 0), steps=[(1, 1), (2, 1), (0, 1), (1, 1)])  # (first and last right, not between)
+@example(start=(5, 5), steps=[(0, 0), (1, 1)])  # (the first one's stream sequence is the cursor's)
+@given(
+    start=st.tuples(st.integers(0, 50), st.integers(0, 50)),
+    steps=st.lists(
+        st.tuples(st.sampled_from(_STEPS[0]), st.sampled_from(_STEPS[1])),
+        min_size=0,
+        max_size=30,
+    ),
+)
+def test_on_messages_is_on_message_in_turn(start: tuple[int, int], steps: list[tuple[int, int]]) -> None:
+    """A run checked at once takes as many deliveries, and leaves the cursor where checking
+    them one by one does: in order, with a consumer sequence skipped or repeated, or a stream
+    sequence standing still or going back anywhere in the run."""
+    sseqs: list[int] = []
+    cseqs: list[int] = []
+    s, c = start  # (the first step goes from the cursor: it may be out of order too)
+    for dc, ds in steps:
+        s, c = s + ds, c + dc
+        sseqs.append(s)
+        cseqs.append(c)
+    runs, one = active(), active()
+    for st_ in (runs, one):  # (a cursor already moved, as after earlier runs)
+        st_.consumer_seq, st_.stream_seq = start[1], start[0]
+    assert runs.on_messages(sseqs, cseqs) == _one_by_one(one, sseqs, cseqs)
+    assert (runs.stream_seq, runs.consumer_seq, runs.strikes) == (one.stream_seq, one.consumer_seq, one.strikes)
+    assert runs.consumer_config() == one.consumer_config()
+
+
+def test_on_messages_refuses_a_run_out_of_place() -> None:
+    st_ = active()
+    assert st_.on_messages([], []) == 0
+    with pytest.raises(LocalProtocolError):
+        st_.on_messages([1, 2], [1])
+    st_.reset(0.0, ResetReason.GAP)
+    with pytest.raises(LocalProtocolError):
+        st_.on_messages([1], [1])
+    assert (st_.stream_seq, st_.consumer_seq) == (0, 0)
