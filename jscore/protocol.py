@@ -18,6 +18,7 @@ from typing import Any, Final, Union
 
 import msgspec
 
+from . import bulk
 from .errors import BadSubjectError, MaxPayloadError, RemoteProtocolError
 from .headers import (
     DIRECT_STAMP_RE,
@@ -159,6 +160,11 @@ class MsgsReceived(msgspec.Struct, gc=False):
     the delivery lane read: per message ``(consumer, stream sequence, consumer sequence, time
     stamp in ns)`` from its v1 ack subject, what :func:`jscore.jsmsg.ack_cursor` gives for it.
     None for a run read the general way."""
+    columns: Any = None
+    """On a subscription armed for columns (:meth:`AckLane.arm_runs` with ``columns``), a run
+    read in bulk: a :class:`jscore.bulk.DeliveryColumns` (``msgs`` is then empty; its
+    :meth:`~jscore.bulk.DeliveryColumns.messages` gives the messages and cursors the
+    frame-by-frame reading gives for the same frames). None otherwise."""
 
 
 class DirectRepliesReceived(msgspec.Struct, frozen=True, gc=False):
@@ -219,7 +225,7 @@ class AckLane:
     """
 
     __slots__ = ("heads", "match", "sids", "read", "runs", "direct_heads", "direct_head", "direct_match",
-                 "direct_sids", "direct_read", "_heads", "deliveries", "delivery_sids", "delivery_read")
+                 "direct_sids", "direct_read", "_heads", "deliveries", "delivery_sids", "delivery_read", "column_sids", "bulk_min", "bulk_read")
 
     def __init__(self, inbox_prefix: str) -> None:
         prefix = inbox_prefix.encode()
@@ -248,6 +254,11 @@ class AckLane:
         self.deliveries: set[int] = set()  # sids whose deliveries the lane reads (a subset of runs)
         self.delivery_sids: dict[bytes, int] = {}
         self.delivery_read = 0  # deliveries read in the lane so far
+        # Deliveries read in bulk, as columns (jscore.bulk), on these sids (a subset of the
+        # delivery sids), from a buffer with at least bulk_min bytes left.
+        self.column_sids: dict[bytes, int] = {}
+        self.bulk_min = bulk.MIN_BYTES
+        self.bulk_read = 0  # deliveries read in bulk so far
 
     def arm(self, sid: int, inbox: str) -> None:
         """Read the PubAcks of subscription ``sid`` to ``<inbox>*`` (``inbox`` ends with a dot)."""
@@ -255,14 +266,18 @@ class AckLane:
         self._heads[sid] = b"MSG " + inbox.encode()
         self.heads = tuple(self._heads.values())
 
-    def arm_runs(self, sid: int, cursors: bool = False) -> None:
+    def arm_runs(self, sid: int, cursors: bool = False, columns: bool = False) -> None:
         """Deliver the messages of subscription ``sid`` in :class:`MsgsReceived` runs; with
         ``cursors``, JetStream deliveries in the server's form by the delivery lane, each run
-        with its :attr:`MsgsReceived.cursors`."""
+        with its :attr:`MsgsReceived.cursors`; with ``columns`` too (and NumPy and PyArrow
+        installed: :data:`jscore.bulk.AVAILABLE`), a long run of them may come as
+        :attr:`MsgsReceived.columns` instead."""
         self.runs.add(sid)
         if cursors:
             self.deliveries.add(sid)
             self.delivery_sids[str(sid).encode()] = sid
+            if columns and bulk.AVAILABLE:
+                self.column_sids[str(sid).encode()] = sid
 
     def arm_direct(self, sid: int, inbox: str) -> None:
         """Read the direct get replies of subscription ``sid`` to ``inbox`` in
@@ -275,6 +290,7 @@ class AckLane:
         self.runs.discard(sid)
         self.deliveries.discard(sid)
         self.delivery_sids.pop(str(sid).encode(), None)
+        self.column_sids.pop(str(sid).encode(), None)
         self.direct_sids.pop(str(sid).encode(), None)
         if self.direct_head.pop(sid, None) is not None:
             self.direct_heads = tuple(self.direct_head.values())
@@ -329,8 +345,14 @@ _DELIVERY_HMSG_SIZES: Final = (
     rb" ([0-9]{1,7}) ([0-9]{1,10})\r\n(" + common_block_re(r"[ -~\t]").encode() + rb")"
 )
 _DELIVERY_MSG_SIZE: Final = rb" ([0-9]{1,10})\r\n"
-_DELIVERY_HMSG: Final = re.compile(rb"HMSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_HMSG_SIZES).match
-_DELIVERY_MSG: Final = re.compile(rb"MSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_MSG_SIZE).match
+_DELIVERY_HMSG_FRAME: Final = rb"HMSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_HMSG_SIZES
+_DELIVERY_MSG_FRAME: Final = rb"MSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_MSG_SIZE
+_DELIVERY_HMSG: Final = re.compile(_DELIVERY_HMSG_FRAME).match
+_DELIVERY_MSG: Final = re.compile(_DELIVERY_MSG_FRAME).match
+# (the same frames, one or more in a row, for the bulk reader: jscore.bulk)
+_BULK_TRIES: Final = 4  # bulk reads of deliveries tried per buffer, at most (each scans what is left)
+_DELIVERY_HMSG_RUN: Final = bulk.run_matcher(_DELIVERY_HMSG_FRAME)
+_DELIVERY_MSG_RUN: Final = bulk.run_matcher(_DELIVERY_MSG_FRAME)
 _DELIVERY_HMSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_HMSG_SIZES).match
 _DELIVERY_MSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_MSG_SIZE).match
 # The rest of a run's MSG frame that starts as the one before it did, up to its ack subject's
@@ -368,7 +390,7 @@ class Parser:
     buffered. Buffered bytes never exceed the control-line cap plus the largest accepted message.
     """
 
-    __slots__ = ("_buf", "_chunks", "_have", "_need", "_max_msg", "_error", "_lane")
+    __slots__ = ("_buf", "_chunks", "_have", "_need", "_max_msg", "_error", "_lane", "_bulk_left")
 
     def __init__(self, max_payload: int = DEFAULT_MAX_PAYLOAD, lane: AckLane | None = None) -> None:
         self._lane = lane
@@ -378,6 +400,7 @@ class Parser:
         self._need = 0  # bytes needed before parsing can make progress (0: unknown)
         self._max_msg = max_payload + PAYLOAD_MARGIN
         self._error: RemoteProtocolError | None = None
+        self._bulk_left = 0  # bulk reads the delivery lane may still try in this buffer
 
     @property
     def max_payload(self) -> int:
@@ -540,6 +563,16 @@ class Parser:
         headed = False
         plen = reply_at = subject_len = 0
         subject = name = ""
+        if lane.column_sids and self._bulk_left > 0 and n - pos >= lane.bulk_min:
+            self._bulk_left -= 1
+            got = bulk.read_deliveries(
+                buf, pos, lane.column_sids, max_msg, MAX_CONTROL_LINE, names, _DELIVERY_HMSG_RUN, _DELIVERY_MSG_RUN
+            )
+            if got is not None:
+                lane.delivery_read += got.count
+                lane.bulk_read += got.count
+                append(MsgsReceived(got.sid, [], got.size, None, got))
+                return got.end
         while True:
             if prefix and buf.startswith(prefix, pos):
                 m = rest(buf, pos + plen)
@@ -623,6 +656,7 @@ class Parser:
         self._need = 0
 
     def _parse(self, buf: bytes) -> tuple[list[ParserEvent], int]:
+        self._bulk_left = _BULK_TRIES
         events: list[ParserEvent] = []
         append = events.append
         pos = 0

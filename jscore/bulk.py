@@ -1,0 +1,376 @@
+"""The delivery lane's bulk reader: a run of JetStream deliveries read from a buffer with a few
+array operations, instead of a regular expression match and a dozen steps per frame.
+
+:meth:`jscore.protocol.Parser._delivery_run` reads a run of deliveries on an ordered consumer's
+inbox frame by frame. When a large buffer holds many of them, :func:`read_deliveries` reads the
+longest run at its start that the frame-by-frame reading would take in one go, and gives what
+that reading gives for it: the same :class:`~jscore.protocol.MsgReceived` for each frame, the
+same ack cursors and the same sizes. How:
+
+1. Where frames may start (a line starting ``HMSG `` or ``MSG ``, as the first frame does), where
+   their control lines end and the sizes those lines give are found with NumPy over the whole
+   buffer. A frame belongs to the run while it ends, by its size, exactly where the next one
+   starts, with CR LF after its payload; a line in a payload that looks like a frame breaks that
+   chain and ends the run there, so a payload is never read as frames.
+2. The run's frames must have the first one's sid and ack subject up to the delivery count (the
+   same consumer); the first that does not ends the run.
+3. Their control lines and header blocks, joined, must match the frame-by-frame reading's own
+   pattern once per frame (one ``fullmatch`` of the repeated pattern). Each header block must end
+   where its header size says: it ends with its only empty line. Sizes, the control line's length
+   and ``max_payload`` are checked as the frame-by-frame reading checks them.
+4. The numbers, the payloads and the texts are taken out with array operations.
+
+Anything else (a frame that does not match, or too few frames to be worth it) gives None or a
+shorter run, and the frame-by-frame reading goes on from there: it meets what does not match and
+raises what it raises. This module needs NumPy and PyArrow (the Spark extra installs them): when
+either is missing, :data:`AVAILABLE` is False and the lane reads frame by frame. Neither does I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from importlib.util import find_spec
+from itertools import repeat
+from typing import Any, Final
+
+from .headers import checked_block_headers
+
+AVAILABLE: Final = find_spec("numpy") is not None and find_spec("pyarrow") is not None
+"""True when NumPy and PyArrow are installed: the delivery lane may read in bulk. They are
+imported on the first bulk read, not before (a program that never reads a large run of
+deliveries does not pay for importing them)."""
+
+_np: Any = None
+_pa: Any = None
+
+
+def _load() -> bool:
+    """Import NumPy and PyArrow once; False if that fails."""
+    global _np, _pa
+    if _np is None:
+        try:
+            import numpy
+            import pyarrow  # type: ignore[import-untyped]
+        except ImportError:
+            return False
+        _np, _pa = numpy, pyarrow
+    return True
+
+MIN_BYTES: Final = 32 * 1024
+"""The delivery lane reads in bulk from a buffer with at least this many bytes left: below it the
+array operations' fixed cost outweighs what they save."""
+
+
+def run_matcher(frame_pattern: bytes) -> Callable[[bytes], object]:
+    """The ``fullmatch`` of one or more frames in a row that each match ``frame_pattern`` (whose
+    capturing groups are made non-capturing: its pieces hold no literal parenthesis)."""
+    plain = re.sub(rb"\((?!\?)", b"(?:", frame_pattern)
+    return re.compile(b"(?:" + plain + b")++").fullmatch
+
+
+class DeliveryColumns:
+    """A run of deliveries :func:`read_deliveries` read, as columns: ``count`` frames of one
+    sid and one consumer, all HMSG (``headed``) or all MSG, ending at ``end`` in ``buf``, with
+    the sum of their sizes as the server counts them (``size``) and their ack cursors' numbers
+    (``seqs``, ``cseqs``, ``stamps``: stream sequence, consumer sequence, time stamp). The rest
+    (subjects, payloads, header blocks, replies) stays in ``buf`` until asked for: by
+    :meth:`messages` as the frame-by-frame reading gives it, or column by column."""
+
+    __slots__ = ("buf", "end", "sid", "headed", "consumer", "count", "size", "seqs", "cseqs", "stamps", "_at")
+
+    def __init__(
+        self,
+        *,
+        buf: bytes,
+        end: int,
+        sid: int,
+        headed: bool,
+        consumer: str,
+        seqs: list[int],
+        cseqs: list[int],
+        stamps: list[int],
+        size: int,
+        **at: Any,
+    ) -> None:
+        self.buf = buf
+        self.end = end
+        self.sid = sid
+        self.headed = headed
+        self.consumer = consumer
+        self.count = len(seqs)
+        self.size = size
+        self.seqs = seqs
+        self.cseqs = cseqs
+        self.stamps = stamps
+        self._at: dict[str, Any] = at  # (NumPy arrays of positions in buf, and sizes)
+
+    def __repr__(self) -> str:
+        return f"<DeliveryColumns sid={self.sid} {self.consumer} count={self.count} seqs={self.seqs[0]}..{self.seqs[-1]}>"
+
+    def head(self, k: int) -> DeliveryColumns:
+        """The first ``k`` deliveries (1 <= k <= count)."""
+        if not 1 <= k <= self.count:
+            raise ValueError(f"head({k}) of {self.count} deliveries")
+        if k == self.count:
+            return self
+        at = {key: value[:k] for key, value in self._at.items()}
+        size = int(at["sizes"].sum())
+        end = int(at["payload_end"][-1]) + 2
+        return DeliveryColumns(
+            buf=self.buf, end=end, sid=self.sid, headed=self.headed, consumer=self.consumer,
+            seqs=self.seqs[:k], cseqs=self.cseqs[:k], stamps=self.stamps[:k], size=size, **at,
+        )  # fmt: skip
+
+    def subjects(self) -> list[str]:
+        """Each delivery's subject."""
+        at = self._at
+        raw = _ranges(self.buf, at["subject_at"], at["subject_end"])
+        table = {b: b.decode() for b in set(raw)}  # (printable ASCII: matched)
+        return list(map(table.__getitem__, raw))
+
+    def payloads(self) -> list[bytes]:
+        """Each delivery's payload (without its header block)."""
+        at = self._at
+        return _ranges(self.buf, at["payload_at"], at["payload_end"])
+
+    def header_blocks(self) -> list[str] | None:
+        """Each delivery's header block, as text (None for MSG deliveries)."""
+        if not self.headed:
+            return None
+        at = self._at
+        return _texts(self.buf, at["block_at"], at["payload_at"])
+
+    def header_lines(self) -> list[str] | None:
+        """Each delivery's header lines (its block without the ``NATS/1.0`` line and the last
+        empty line: what :func:`jscore.headers.bulk_headers` keeps), or None for MSG deliveries."""
+        if not self.headed:
+            return None
+        at = self._at
+        return _texts(self.buf, at["block_at"] + _FIRST_LINE, at["payload_at"] - 2)
+
+    def replies(self) -> list[str]:
+        """Each delivery's reply (its ack subject)."""
+        at = self._at
+        return _texts(self.buf, at["reply_at"], at["reply_end"])
+
+    def last_reply(self) -> str:
+        """The last delivery's reply."""
+        at = self._at
+        return self.buf[int(at["reply_at"][-1]) : int(at["reply_end"][-1])].decode()
+
+    def messages(self, msg_type: Any) -> tuple[list[Any], list[tuple[str, int, int, int]]]:
+        """The deliveries as the frame-by-frame reading gives them: a ``msg_type``
+        (:class:`~jscore.protocol.MsgReceived`) each, and its ack cursor."""
+        k = self.count
+        blocks = self.header_blocks()
+        headers: Any = repeat(None, k) if blocks is None else map(checked_block_headers, blocks)
+        msgs = list(
+            map(
+                msg_type, self.subjects(), repeat(self.sid, k), self.replies(), self.payloads(), headers,
+                repeat(None, k), repeat(None, k), self._at["sizes"].tolist(),
+            )
+        )  # fmt: skip
+        return msgs, list(zip(repeat(self.consumer, k), self.seqs, self.cseqs, self.stamps))
+
+
+_FIRST_LINE: Final = len("NATS/1.0\r\n")
+
+
+def _numbers(a: Any, start: Any, stop: Any, width: int) -> tuple[Any, Any]:
+    """The decimal numbers at ``a[start[i]:stop[i]]`` and where each is 1 to ``width`` digits
+    (``width`` at most 18), read as a matrix of right-aligned digits: a few array operations
+    whatever the count."""
+    np = _np
+    length = stop - start
+    ok = (length >= 1) & (length <= width)
+    w = int(min(width, max(1, int(length.max()) if len(length) else 1)))
+    at = stop[:, None] + np.arange(-w, 0)[None, :]
+    inside = at >= start[:, None]
+    digits = a[np.where(inside, at, 0)].astype(np.int64) - 48
+    ok &= (~inside | ((digits >= 0) & (digits <= 9))).all(axis=1)
+    value = (np.where(inside, digits, 0) * (10 ** np.arange(w - 1, -1, -1, dtype=np.int64))).sum(axis=1)
+    return value, ok
+
+
+def _checked_numbers(data: Any, starts: Any, stops: Any) -> list[int]:
+    """The decimal numbers at ``[starts[i]:stops[i]]`` of ``data`` (a PyArrow buffer), which
+    the caller's match checked (0, or 1 to 19 digits without a leading zero), as ints."""
+    pa = _pa
+    text = _slices(data, starts, stops, pa.large_string())
+    return text.cast(pa.uint64()).to_numpy().tolist()  # type: ignore[no-any-return]
+
+
+def _slices(data: Any, starts: Any, stops: Any, type_: Any) -> Any:
+    """The slices ``[starts[i]:stops[i]]`` of ``data`` (a PyArrow buffer), in order and apart,
+    as an array of ``type_``."""
+    np = _np
+    pa = _pa
+    k = len(starts)
+    offsets = np.empty(2 * k + 1, np.int64)
+    offsets[0:-1:2] = starts
+    offsets[1:-1:2] = stops
+    offsets[-1] = stops[-1]
+    both = pa.Array.from_buffers(type_, 2 * k, [None, pa.py_buffer(offsets), data])
+    return both.take(pa.array(np.arange(0, 2 * k, 2)))
+
+
+def _ranges(buf: bytes, starts: Any, stops: Any) -> list[bytes]:
+    """The slices ``buf[starts[i]:stops[i]]``, as bytes (a slice object each, made in C)."""
+    return list(map(buf.__getitem__, map(slice, starts.tolist(), stops.tolist())))
+
+
+def _texts(buf: bytes, starts: Any, stops: Any) -> list[str]:
+    """:func:`_ranges` decoded (the caller checked they are ASCII)."""
+    return list(map(bytes.decode, _ranges(buf, starts, stops)))
+
+
+def _joined(data: Any, starts: Any, stops: Any) -> bytes:
+    """The slices ``[starts[i]:stops[i]]`` of ``data`` (a PyArrow buffer), in order and apart,
+    joined (one copy, in C)."""
+    taken = _slices(data, starts, stops, _pa.large_binary())
+    size = int(stops[-1] - starts[-1]) if len(starts) == 1 else int((stops - starts).sum())
+    return memoryview(taken.buffers()[2])[:size].tobytes()
+
+
+def read_deliveries(
+    buf: bytes,
+    pos: int,
+    sids: Mapping[bytes, int],
+    max_msg: int,
+    max_control_line: int,
+    names: dict[bytes, str],
+    hmsg_run: Callable[[bytes], object],
+    msg_run: Callable[[bytes], object],
+) -> DeliveryColumns | None:
+    """The run of deliveries at ``pos`` (see the module's doc), or None when there is none to
+    read in bulk there. ``sids`` are the subscriptions armed for it (by their digits); ``names``
+    is the parser's cache of consumer names by their bytes; ``hmsg_run`` and ``msg_run`` are
+    :func:`run_matcher` of the frame-by-frame reading's patterns."""
+    if _np is None and not _load():
+        return None
+    np = _np
+    pa = _pa
+    headed = buf.startswith(b"HMSG ", pos)
+    if not headed and not buf.startswith(b"MSG ", pos):
+        return None
+    head = b"HMSG " if headed else b"MSG "
+    hl = len(head)
+    n = len(buf)
+    a = np.frombuffer(buf, np.uint8)
+    view = a[pos:]
+    nl = np.flatnonzero(view == 10) + pos
+    if not len(nl):
+        return None
+    # 1. Where frames may start, and the chain of frames that end where the next one starts.
+    starts = np.empty(len(nl) + 1, np.int64)
+    starts[0] = pos
+    starts[1:] = nl + 1
+    starts = starts[starts + hl <= n]
+    maybe = np.ones(len(starts), bool)
+    for j, byte in enumerate(head):
+        maybe &= a[starts + j] == byte
+    c = starts[maybe]  # (c[0] is pos)
+    at_nl = np.searchsorted(nl, c)
+    c = c[at_nl < len(nl)]
+    if not len(c):
+        return None
+    lf = nl[at_nl[: len(c)]]
+    cr = lf - 1
+    sp = np.flatnonzero(view == 32) + pos
+    last = np.searchsorted(sp, cr) - 1  # (the control line's last space)
+    ok = (a[cr] == 13) & (last >= 1)
+    last = np.where(ok, last, 1)
+    s_last = sp[last]
+    ok &= s_last > c + hl
+    total, good = _numbers(a, s_last + 1, cr, 10)
+    ok &= good
+    total = np.where(ok, total, 0).astype(np.int64)
+    if headed:
+        s_hdr = sp[last - 1]
+        ok &= s_hdr > c + hl
+        hdr, good = _numbers(a, s_hdr + 1, s_last, 7)
+        ok &= good
+        hdr = np.where(ok, hdr, 0).astype(np.int64)
+        ok &= hdr <= total
+    ok &= (total <= max_msg) & (cr - c <= max_control_line)
+    end = lf + 1 + total + 2
+    ok &= end <= n
+    inside = np.where(ok, end, 2)
+    ok &= (a[inside - 2] == 13) & (a[inside - 1] == 10)
+    ok[1:] &= end[:-1] == c[1:]  # (each starts where the one before it ends)
+    k = len(ok) if ok.all() else int(np.argmin(ok))
+    if k == 0:
+        return None
+    c, lf, cr, total, end = c[:k], lf[:k], cr[:k], total[:k], end[:k]
+    # 2. The sid and the ack subject up to the delivery count: the first frame's.
+    first_sp = np.searchsorted(sp, c + hl)
+    if first_sp[-1] + 2 >= len(sp):
+        return None
+    s1, s2, s3 = sp[first_sp], sp[first_sp + 1], sp[first_sp + 2]
+    dots = np.flatnonzero(view == 46) + pos
+    at_dot = np.searchsorted(dots, s3)
+    if int(at_dot.min()) < 5:
+        return None
+    d_count = dots[at_dot - 5]  # (the dot after the consumer's name)
+    same_len = int(d_count[0] - s1[0])
+    if same_len <= 0:
+        return None
+    alike = d_count - s1 == same_len
+    span = np.arange(same_len + 1)
+    rows = a[np.where(alike, s1, s1[0])[:, None] + span[None, :]]
+    alike &= (rows == rows[0]).all(axis=1)
+    if not alike.all():
+        k = int(np.argmin(alike))
+        if k == 0:
+            return None
+        c, lf, cr, total, end = c[:k], lf[:k], cr[:k], total[:k], end[:k]
+        s1, s2, s3, at_dot = s1[:k], s2[:k], s3[:k], at_dot[:k]
+        if headed:
+            hdr = hdr[:k]
+    sid_b = buf[int(s1[0]) + 1 : int(s2[0])]
+    sid = sids.get(sid_b)
+    if sid is None:
+        return None
+    # 3. Control lines and header blocks, joined, each as the frame-by-frame reading matches it.
+    data = pa.py_buffer(buf)
+    heads_end = lf + 1 + hdr[:k] if headed else lf + 1
+    joined = _joined(data, c, heads_end) if k > 1 else buf[int(c[0]) : int(heads_end[0])]
+    if headed:
+        blank = heads_end - 4
+        if not ((a[blank] == 13) & (a[blank + 1] == 10) & (a[blank + 2] == 13) & (a[blank + 3] == 10)).all():
+            return None
+        if joined.count(b"\r\n\r\n") != k:
+            return None
+        if hmsg_run(joined) is None:
+            return None
+    elif msg_run(joined) is None:
+        return None
+    # 4. The numbers; the rest is taken out when asked for.
+    nums_at = at_dot[:k]
+    name_start = int(dots[int(nums_at[0]) - 6]) + 1
+    raw_name = buf[name_start : int(d_count[0])]
+    name = names.get(raw_name)
+    if name is None:
+        name = names[raw_name] = raw_name.decode()  # (printable ASCII: matched)
+    subject_at = c + hl
+    sizes = total + (s1 - subject_at) + (s3 - s2 - 1)
+    return DeliveryColumns(
+        buf=buf,
+        end=int(end[-1]),
+        sid=sid,
+        headed=headed,
+        consumer=name,
+        seqs=_checked_numbers(data, dots[nums_at - 4] + 1, dots[nums_at - 3]),
+        cseqs=_checked_numbers(data, dots[nums_at - 3] + 1, dots[nums_at - 2]),
+        stamps=_checked_numbers(data, dots[nums_at - 2] + 1, dots[nums_at - 1]),
+        subject_at=subject_at,
+        subject_end=s1,
+        reply_at=s2 + 1,
+        reply_end=s3,
+        block_at=lf + 1,
+        payload_at=heads_end,
+        payload_end=lf + 1 + total,
+        sizes=sizes,
+        size=int(sizes.sum()),
+    )

@@ -1,0 +1,141 @@
+"""Deliveries read in bulk, as columns (:mod:`jscore.bulk`, :meth:`AckLane.arm_runs` with
+``columns``): it must change nothing but the cost. For the same bytes, whole or split anywhere,
+the messages and cursors the column runs give (:meth:`DeliveryColumns.messages`), with the
+frame-by-frame runs around them, are those the frame-by-frame delivery lane gives alone, in the
+same order, with the same error; and the columns agree with those messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from jscore import bulk
+from jscore.headers import bulk_headers
+from jscore.protocol import MAX_CONTROL_LINE, PAYLOAD_MARGIN, AckLane, MsgReceived, MsgsReceived, Parser, RemoteProtocolError
+
+from .test_delivery_lane import SID, _key, frame, hmsg
+
+pytestmark = pytest.mark.skipif(not bulk.AVAILABLE, reason="NumPy and PyArrow are not installed")
+
+_STAMP = 1764662400123456789
+_FAKES = [b"", b"\r\nHMSG s.x 13 $JS.ACK.S.OC_x_1.1.1.1.1.0 5 5\r\n", b"\nMSG s.x 13 r 1\r\n", b"\r\n\r\n", b" . "]
+
+
+def delivery(seq: int, *, headed: bool, payload: bytes, subject: bytes = b"s.x", consumer: str = "OC_x_1") -> bytes:
+    reply = f"$JS.ACK.S.{consumer}.1.{seq}.{seq}.{_STAMP + seq}.{max(0, 900 - seq)}"
+    if headed:
+        return hmsg(reply, b"NATS/1.0\r\nNats-Msg-Id: w-%d\r\n\r\n" % seq, payload, subject)
+    return b"MSG %s %d %s %d\r\n%s\r\n" % (subject, SID, reply.encode(), len(payload), payload)
+
+
+@st.composite
+def long_script(draw: st.DrawFn) -> bytes:
+    """Mostly deliveries of one consumer that the bulk reader takes, of one kind or mixed, with
+    payloads that hold lines looking like frames, and now and then anything the frame-by-frame
+    lane meets (other sids, statuses, malformed frames: test_delivery_lane's frames)."""
+    out = []
+    headed = draw(st.booleans())
+    mixed = draw(st.integers(0, 3)) == 0
+    for seq in range(1, draw(st.integers(1, 60)) + 1):
+        if draw(st.integers(0, 15)) == 0:
+            out.append(draw(frame(seq)))
+            continue
+        payload = draw(st.sampled_from(_FAKES)) + draw(st.binary(max_size=20)) + draw(st.sampled_from(_FAKES))
+        subject = draw(st.sampled_from([b"s.x", b"s.x", b"s.y", b"a.b.c"]))
+        consumer = "OC_x_2" if draw(st.integers(0, 30)) == 0 else "OC_x_1"
+        kind = draw(st.booleans()) if mixed else headed
+        out.append(delivery(seq, headed=kind, payload=payload, subject=subject, consumer=consumer))
+    return b"".join(out)
+
+
+def parse(columns: bool, data: bytes, cuts: list[int]) -> tuple[list[Any], list[Any], str | None, int, int]:
+    """(messages, cursors, the error, deliveries read in the lane, of them in bulk)."""
+    lane = AckLane("_INBOX.x")
+    lane.arm_runs(SID, cursors=True, columns=columns)
+    lane.bulk_min = 0
+    parser = Parser(max_payload=1 << 16, lane=lane)
+    msgs: list[Any] = []
+    cursors: list[Any] = []
+    error = None
+    prev = 0
+    try:
+        for cut in sorted({c % (len(data) + 1) for c in cuts}) + [len(data)]:
+            for e in parser.feed(data[prev:cut]):
+                if isinstance(e, MsgsReceived):
+                    got, run_cursors = e.msgs, e.cursors
+                    if e.columns is not None:
+                        assert not got and run_cursors is None
+                        cols = e.columns
+                        got, run_cursors = cols.messages(MsgReceived)
+                        check_columns(cols, got, run_cursors)
+                        assert e.size == cols.size and e.sid == cols.sid == SID
+                    msgs.extend(_key(m) for m in got)
+                    assert e.size == sum(m.size for m in got)
+                    cursors.extend(run_cursors or [None] * len(got))
+                elif isinstance(e, MsgReceived):
+                    msgs.append(_key(e))
+                    cursors.append(None)
+            prev = cut
+    except RemoteProtocolError as exc:
+        error = str(exc)
+    return msgs, cursors, error, lane.delivery_read, lane.bulk_read
+
+
+def check_columns(cols: bulk.DeliveryColumns, msgs: list[MsgReceived], cursors: list[Any]) -> None:
+    """The columns say what the messages and cursors say."""
+    assert cols.count == len(msgs) >= 1
+    assert cols.subjects() == [m.subject for m in msgs]
+    assert cols.payloads() == [m.data for m in msgs]
+    assert cols.replies() == [m.reply for m in msgs] and cols.last_reply() == msgs[-1].reply
+    assert cols.header_lines() == (None if not cols.headed else [bulk_headers(m.headers) for m in msgs])
+    assert [(cols.consumer, s, c, t) for s, c, t in zip(cols.seqs, cols.cseqs, cols.stamps)] == cursors
+    if cols.count > 1:
+        head = cols.head(cols.count - 1)
+        assert head.messages(MsgReceived)[1] == cursors[:-1] and head.size == sum(m.size for m in msgs[:-1])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@example(data=delivery(1, headed=True, payload=b"x") * 1, cuts=[])
+@example(data=b"".join(delivery(s, headed=True, payload=_FAKES[1]) for s in range(1, 6)), cuts=[])
+@given(data=long_script(), cuts=st.lists(st.integers(min_value=0, max_value=1 << 14), max_size=3))
+def test_columns_give_what_the_frame_by_frame_lane_gives(data: bytes, cuts: list[int]) -> None:
+    by_frame = parse(False, data, cuts)
+    in_bulk = parse(True, data, cuts)
+    assert in_bulk[:4] == by_frame[:4]
+    assert by_frame[4] == 0
+
+
+def _two_in_one() -> bytes:
+    """A frame whose header size takes in, after its block, the head of a whole frame: its
+    block and that head joined still match as two frames' heads."""
+    inner = b"HMSG s.x 13 $JS.ACK.S.OC_x_1.1.9.9.9.0 32 32\r\nNATS/1.0\r\nNats-Msg-Id: w-9\r\n\r\n"
+    block = b"NATS/1.0\r\nNats-Msg-Id: w-2\r\n\r\n" + inner
+    reply = f"$JS.ACK.S.OC_x_1.1.2.2.{_STAMP}.0".encode()
+    two = b"HMSG s.x 13 %s %d %d\r\n%s\r\n" % (reply, len(block), len(block), block)
+    return delivery(1, headed=True, payload=b"a") + two + delivery(3, headed=True, payload=b"c")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        _two_in_one(),
+        # (a payload over the limit, then one at it: the frame-by-frame reading's error)
+        delivery(1, headed=True, payload=b"a") + delivery(2, headed=True, payload=b"x" * ((1 << 16) + PAYLOAD_MARGIN)),
+        delivery(1, headed=False, payload=b"a") + delivery(2, headed=False, payload=b"x" * ((1 << 16) + PAYLOAD_MARGIN + 1)),
+        delivery(1, headed=True, payload=b"a") + b"HMSG s.x 13 " + b"x" * MAX_CONTROL_LINE + b" 5 5\r\nNATS/\r\n",
+    ],
+    ids=["two-heads-in-one-block", "hmsg-over-max", "msg-over-max", "control-line-too-long"],
+)
+def test_what_the_frame_by_frame_lane_refuses(data: bytes) -> None:
+    assert parse(True, data, [])[:4] == parse(False, data, [])[:4]
+
+
+def test_a_long_run_is_read_in_bulk() -> None:
+    data = b"".join(delivery(s, headed=s != 200, payload=b"p%d" % s) for s in range(1, 400))
+    msgs, cursors, error, read, in_bulk = parse(True, data, [])
+    assert error is None and read == 399 and len(msgs) == 399
+    assert in_bulk == 399  # (three runs: HMSG, one MSG, HMSG)
+    assert parse(False, data, [])[:4] == (msgs, cursors, error, read)
