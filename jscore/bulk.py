@@ -57,6 +57,12 @@ def _load() -> bool:
         _np, _pa = numpy, pyarrow
     return True
 
+_MAX_REPAIRS: Final = 64  # lines in payloads that look like frames dropped per bulk read, at most
+
+MIN_RUN: Final = 64
+"""A bulk read of fewer deliveries than this cost more than it saved: the delivery lane tries
+only a few of those per buffer (each scans the rest of the buffer)."""
+
 MIN_BYTES: Final = 32 * 1024
 """The delivery lane reads in bulk from a buffer with at least this many bytes left: below it the
 array operations' fixed cost outweighs what they save."""
@@ -158,6 +164,16 @@ class DeliveryColumns:
         """The last delivery's reply."""
         at = self._at
         return self.buf[int(at["reply_at"][-1]) : int(at["reply_end"][-1])].decode()
+
+    def subject_array(self) -> Any:
+        """The subjects as a PyArrow ``large_string`` array (made in C)."""
+        at = self._at
+        return _slices(_pa.py_buffer(self.buf), at["subject_at"], at["subject_end"], _pa.large_string())
+
+    def payload_array(self) -> Any:
+        """The payloads as a PyArrow ``large_binary`` array (made in C)."""
+        at = self._at
+        return _slices(_pa.py_buffer(self.buf), at["payload_at"], at["payload_end"], _pa.large_binary())
 
     def messages(self, msg_type: Any) -> tuple[list[Any], list[tuple[str, int, int, int]]]:
         """The deliveries as the frame-by-frame reading gives them: a ``msg_type``
@@ -298,11 +314,29 @@ def read_deliveries(
     ok &= end <= n
     inside = np.where(ok, end, 2)
     ok &= (a[inside - 2] == 13) & (a[inside - 1] == 10)
-    ok[1:] &= end[:-1] == c[1:]  # (each starts where the one before it ends)
-    k = len(ok) if ok.all() else int(np.argmin(ok))
+    # Each frame must start where the one before it ends. A line in a payload that looks like
+    # a frame breaks that: when the frame before it ends where a later one starts, the lines
+    # between are dropped (they are inside that frame) and the chain goes on from there.
+    if not headed:
+        hdr = total  # (unused for MSG: kept in step with the others)
+    linked = np.ones(len(c), bool)
+    linked[1:] = end[:-1] == c[1:]
+    repairs = 0
+    while True:
+        chain = ok & linked
+        k = len(chain) if chain.all() else int(np.argmin(chain))
+        if k == len(c) or k == 0 or not ok[k] and linked[k] or repairs == _MAX_REPAIRS:
+            break
+        j = int(np.searchsorted(c, end[k - 1]))
+        if j >= len(c) or c[j] != end[k - 1]:
+            break
+        keep = np.r_[0:k, j : len(c)]
+        c, lf, cr, total, end, hdr, ok, linked = (x[keep] for x in (c, lf, cr, total, end, hdr, ok, linked))
+        linked[k] = True
+        repairs += 1
     if k == 0:
         return None
-    c, lf, cr, total, end = c[:k], lf[:k], cr[:k], total[:k], end[:k]
+    c, lf, cr, total, end, hdr = c[:k], lf[:k], cr[:k], total[:k], end[:k], hdr[:k]
     # 2. The sid and the ack subject up to the delivery count: the first frame's.
     first_sp = np.searchsorted(sp, c + hl)
     if first_sp[-1] + 2 >= len(sp):

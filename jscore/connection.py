@@ -804,14 +804,15 @@ class Connection:
         if sub is not None and sub.max_msgs is None and sub.subject.endswith(b".*"):
             self._lane.arm(sid, sub.subject[:-1].decode())
 
-    def arm_runs(self, sid: int, cursors: bool = False) -> None:
+    def arm_runs(self, sid: int, cursors: bool = False, columns: bool = False) -> None:
         """Deliver the messages of subscription ``sid`` (a pull's inbox) in runs: see
         :class:`AckLane`; with ``cursors``, deliveries in the server's form read by the
-        delivery lane, each run with its ack cursors. Only for a subscription without a message
-        limit (a run does not count towards one)."""
+        delivery lane, each run with its ack cursors; with ``columns`` too, long runs of them
+        may come as columns. Only for a subscription without a message limit (a run does not
+        count towards one)."""
         sub = self._subs.get(sid)
         if sub is not None and sub.max_msgs is None and sid != self._resp_sid:
-            self._lane.arm_runs(sid, cursors)
+            self._lane.arm_runs(sid, cursors, columns)
 
     def arm_direct(self, sid: int) -> None:
         """Read the direct get replies arriving on subscription ``sid`` (a batched direct get's

@@ -138,6 +138,7 @@ __all__ = [
     "OrderedMachine",
     "OrderedEnd",
     "OrderedMessageDelivered",
+    "OrderedColumnsDelivered",
     "OrderedMessagesDelivered",
     "OrderedConsumerReset",
     "OrderedFinished",
@@ -615,6 +616,22 @@ class OrderedConsumerState:
             self._progress = True
             self._strikes = 0
 
+    def in_order(self, stream_seqs: Sequence[int], consumer_seqs: Sequence[int]) -> bool:
+        """Whether a run of one or more deliveries of the active consumer is in order throughout
+        (what :meth:`on_messages` takes whole), checked without a step per delivery. Changes
+        nothing."""
+        n = len(consumer_seqs)
+        if n == 0 or n != len(stream_seqs) or self.state is not OrderedState.ACTIVE:
+            return False
+        first = self.consumer_seq + 1
+        return (
+            stream_seqs[0] > self.stream_seq
+            and consumer_seqs[0] == first
+            and consumer_seqs[n - 1] == first + n - 1
+            and list(consumer_seqs) == list(range(first, first + n))
+            and all(map(_lt, stream_seqs, islice(stream_seqs, 1, None)))
+        )
+
     def on_messages(self, stream_seqs: Sequence[int], consumer_seqs: Sequence[int]) -> int:
         """:meth:`on_message` for a run of deliveries in turn, up to the first one out of order:
         returns how many were in order (the cursor is past them). A run in order throughout
@@ -626,14 +643,7 @@ class OrderedConsumerState:
             return 0
         if self.state is not OrderedState.ACTIVE:
             raise LocalProtocolError(f"a delivery checked while no consumer is active (state {self.state})")
-        first = self.consumer_seq + 1
-        if (
-            stream_seqs[0] > self.stream_seq
-            and consumer_seqs[0] == first
-            and consumer_seqs[n - 1] == first + n - 1
-            and list(consumer_seqs) == list(range(first, first + n))
-            and all(map(_lt, stream_seqs, islice(stream_seqs, 1, None)))
-        ):
+        if self.in_order(stream_seqs, consumer_seqs):
             self._advance(stream_seqs[n - 1], consumer_seqs[n - 1])
             return n
         ok = 0
@@ -799,6 +809,15 @@ class OrderedMessagesDelivered(msgspec.Struct, frozen=True, kw_only=True, gc=Fal
     stamps: list[int]
 
 
+class OrderedColumnsDelivered(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A run of deliveries in order, of a machine made with ``columns`` (see
+    :class:`OrderedMachine`), as the connection read them in bulk: a
+    :class:`jscore.bulk.DeliveryColumns` (its ``seqs`` and ``stamps`` are each message's stream
+    sequence and time stamp)."""
+
+    columns: Any
+
+
 class OrderedConsumerReset(msgspec.Struct, frozen=True, kw_only=True):
     """A notification: the server consumer was dropped for ``reason``; the next one is
     ``serial`` and starts after stream sequence ``stream_seq``. ``error`` is what caused it,
@@ -892,9 +911,13 @@ class OrderedMachine:
         api_prefix: str = DEFAULT_API_PREFIX,
         request_timeout: float = 5.0,
         connected: bool = True,
+        columns: bool = False,
     ) -> None:
         if isinstance(request_timeout, bool) or not isinstance(request_timeout, (int, float)) or request_timeout <= 0:
             raise InvalidOptionError(f"request_timeout must be > 0 seconds, got {request_timeout!r}")
+        self.run_columns = check_bool(columns, "columns")
+        """The session arms its inbox for columns too: a fetch's long runs of deliveries in
+        order come as one :class:`OrderedColumnsDelivered` each."""
         self.state = state
         self.connected = connected
         self.delivered = 0
@@ -1021,6 +1044,12 @@ class OrderedMachine:
         again."""
         if self._broken is not None:
             self._check()
+        columns = run.columns
+        if columns is not None:
+            if self._receive_columns(columns, now):
+                return
+            msgs, cursors = columns.messages(MsgReceived)  # (one by one after all: a gap, the end)
+            run = MsgsReceived(run.sid, msgs, run.size, cursors)
         msgs = run.msgs
         cursors = run.cursors
         n = len(msgs)
@@ -1077,6 +1106,33 @@ class OrderedMachine:
                     self.receive_msg(msg, now)
                 settled = len(taken)
             i += settled
+
+    def _receive_columns(self, columns: Any, now: float) -> bool:
+        """A run the connection read in bulk (:class:`jscore.bulk.DeliveryColumns`): when it is
+        the active consumer's, in order, and the fetch being served takes it whole, it is
+        counted, the cursor moves past it, and it is handed over as one
+        :class:`OrderedColumnsDelivered`: True. Else False, with nothing changed (the caller
+        reads it message by message)."""
+        inner = self._inner
+        if (
+            inner is None
+            or self._finished
+            or not isinstance(inner, FetchMachine)
+            or columns.consumer != self.state.name
+            or not inner.takes_counted(columns.count)
+            or not self.state.in_order(columns.seqs, columns.cseqs)
+        ):
+            return False
+        try:
+            inner.receive_counted(columns.count, columns.size, now)
+            self.state.on_messages(columns.seqs, columns.cseqs)
+            self.delivered += columns.count
+            self._events.append(OrderedColumnsDelivered(columns=columns))
+            self._pump_inner(now)
+        except BaseException as exc:
+            self._broken = exc
+            raise
+        return True
 
     def _on_deliveries(self, delivered: list[MsgReceived], now: float) -> None:
         """The inner machine's run of deliveries: a prefix of the run being fed (it takes them in

@@ -350,7 +350,7 @@ _DELIVERY_MSG_FRAME: Final = rb"MSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" 
 _DELIVERY_HMSG: Final = re.compile(_DELIVERY_HMSG_FRAME).match
 _DELIVERY_MSG: Final = re.compile(_DELIVERY_MSG_FRAME).match
 # (the same frames, one or more in a row, for the bulk reader: jscore.bulk)
-_BULK_TRIES: Final = 4  # bulk reads of deliveries tried per buffer, at most (each scans what is left)
+_BULK_TRIES: Final = 4  # bulk reads of deliveries per buffer that may read less than bulk.MIN_RUN
 _DELIVERY_HMSG_RUN: Final = bulk.run_matcher(_DELIVERY_HMSG_FRAME)
 _DELIVERY_MSG_RUN: Final = bulk.run_matcher(_DELIVERY_MSG_FRAME)
 _DELIVERY_HMSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_HMSG_SIZES).match
@@ -564,10 +564,11 @@ class Parser:
         plen = reply_at = subject_len = 0
         subject = name = ""
         if lane.column_sids and self._bulk_left > 0 and n - pos >= lane.bulk_min:
-            self._bulk_left -= 1
             got = bulk.read_deliveries(
                 buf, pos, lane.column_sids, max_msg, MAX_CONTROL_LINE, names, _DELIVERY_HMSG_RUN, _DELIVERY_MSG_RUN
             )
+            if got is None or got.count < bulk.MIN_RUN:
+                self._bulk_left -= 1  # (a bulk read scans what is left: a few short ones, then no more)
             if got is not None:
                 lane.delivery_read += got.count
                 lane.bulk_read += got.count

@@ -1130,6 +1130,35 @@ class FetchMachine(_Machine):
             self._broken = exc
             raise
 
+    def takes_counted(self, count: int) -> bool:
+        """Whether :meth:`receive_counted` takes a run of ``count`` user messages: the fetch is
+        going, counts no bytes, tracks no pin, and they fit in its batch."""
+        return (
+            self._broken is None
+            and self.state is not _FINISHED
+            and not self.options.max_bytes
+            and not self._track_pin
+            and self.delivered + count <= self.options.batch
+        )
+
+    def receive_counted(self, count: int, size: int, now: float) -> None:
+        """A run of ``count`` user messages of ``size`` bytes (as the server counts them) that
+        :meth:`takes_counted`, handed over by the caller itself: the accounting of
+        :meth:`receive_msgs` for them (the fetch ends when they complete its batch), without a
+        :class:`MessagesDelivered`."""
+        if not self.takes_counted(count) or count < 1:
+            raise LocalProtocolError(f"a run of {count} message(s) the fetch does not take as counted")
+        try:
+            self._last_seen = now
+            self._resend_at = None  # (a message: the pull is served after all)
+            self.delivered += count
+            self.delivered_bytes += size
+            if self.delivered >= self.options.batch:
+                self._finish(None, "batch complete", None, FetchEnd.BATCH_COMPLETE)
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
     def receive_msgs(self, msgs: MsgsReceived, now: float) -> None:
         """A run of user messages of the fetch's inbox (none a status): the same as each fed to
         :meth:`receive_msg` in turn, with one :class:`MessagesDelivered`."""

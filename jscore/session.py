@@ -248,7 +248,9 @@ class Session:
                 conn.arm_ack_lane(slot.sid)
             elif receive_msgs is not None:
                 self._run_routes[slot.sid] = self._receiver(slot, receive_msgs)
-                conn.arm_runs(slot.sid, getattr(machine, "RUN_CURSORS", False))
+                conn.arm_runs(
+                    slot.sid, getattr(machine, "RUN_CURSORS", False), getattr(machine, "run_columns", False)
+                )
             elif receive_direct is not None and not wildcard:
                 self._run_routes[slot.sid] = self._receiver(slot, receive_direct)
                 conn.arm_direct(slot.sid)

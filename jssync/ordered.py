@@ -34,6 +34,7 @@ from jscore.jsmsg import parse_ack_subject
 from jscore.machine import MachineFailed, Stop
 from jscore.models import DeliverPolicy
 from jscore.ordered import (
+    OrderedColumnsDelivered,
     OrderedConsumerOptions,
     OrderedConsumerReset,
     OrderedConsumerState,
@@ -85,7 +86,12 @@ class _Op:
     thread) and only queues."""
 
     def __init__(
-        self, oc: OrderedConsumer, options: P.FetchOptions | P.ConsumeOptions, collect: bool = False, records: bool = False
+        self,
+        oc: OrderedConsumer,
+        options: P.FetchOptions | P.ConsumeOptions,
+        collect: bool = False,
+        records: bool = False,
+        columns: bool = False,
     ) -> None:
         js = oc._js
         self._oc = oc
@@ -112,6 +118,7 @@ class _Op:
                 api_prefix=js.api_prefix,
                 request_timeout=js.timeout,
                 connected=shell.session.conn.is_connected,
+                columns=columns,
             )
             self.slot = shell.attach_locked(self.machine, self._on_event, wildcard=True)
 
@@ -154,6 +161,11 @@ class _Op:
                 put = self.q.put
                 for m in msgs:
                     put(make(m, client))
+        elif cls is OrderedColumnsDelivered:
+            # (a records fetch's run read in bulk: kept as it came, see _fetch_records)
+            assert self.records and self.out is not None
+            self.out.append(e.columns)
+            self.last_reply = e.columns.last_reply()
         elif cls is OrderedFinished:
             self._end(e.end, e.error)
         elif cls is MachineFailed:
@@ -236,10 +248,12 @@ class OrderedConsumer:
         if not self._busy.acquire(blocking=False):
             raise InvalidOptionError("an ordered consumer runs one fetch, consume or messages at a time")
 
-    def _start(self, options: P.FetchOptions | P.ConsumeOptions, collect: bool = False, records: bool = False) -> _Op:
+    def _start(
+        self, options: P.FetchOptions | P.ConsumeOptions, collect: bool = False, records: bool = False, columns: bool = False
+    ) -> _Op:
         self._acquire()
         try:
-            return _Op(self, options, collect, records)
+            return _Op(self, options, collect, records, columns)
         except BaseException:
             self._busy.release()
             raise
@@ -267,15 +281,17 @@ class OrderedConsumer:
         return out
 
     def _fetch_records(
-        self, max_messages: int, *, no_wait: bool = False, expires: float | None = 30.0
-    ) -> tuple[list[Record], int | None]:
+        self, max_messages: int, *, no_wait: bool = False, expires: float | None = 30.0, columns: bool = False
+    ) -> tuple[list[Any], int | None]:
         """:meth:`fetch` for a bulk reader (the Spark source): the messages as :data:`Record`
-        tuples, no :class:`JsMsg` each, and the last one's pending count (None: none came)."""
+        tuples, no :class:`JsMsg` each, and the last one's pending count (None: none came).
+        With ``columns``, runs the connection read in bulk come as they are, a
+        :class:`jscore.bulk.DeliveryColumns` each, among the tuples."""
         opts = P.resolve_fetch_options(max_messages=max_messages, expires=expires, no_wait=no_wait)
-        return self._fetch(opts, records=True)
+        return self._fetch(opts, records=True, columns=columns)
 
-    def _fetch(self, opts: P.FetchOptions, *, records: bool) -> tuple[list[Any], int | None]:
-        op = self._start(opts, collect=True, records=records)
+    def _fetch(self, opts: P.FetchOptions, *, records: bool, columns: bool = False) -> tuple[list[Any], int | None]:
+        op = self._start(opts, collect=True, records=records, columns=columns)
         try:
             deadline = op.machine.deadline
             assert deadline is not None

@@ -39,6 +39,7 @@ import json
 import logging
 import math
 import re
+from bisect import bisect_right
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -64,6 +65,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
     ) from _exc
 
 from jscore import directget as DG
+from jscore.bulk import DeliveryColumns
 from jscore.errors import InvalidOptionError, JetStreamError, MsgNotFoundError, NatsError, NoMessagesError
 from jscore.headers import Headers, header_columns, header_lines_dict, headers_dict
 from jscore.times import from_unix_ns, parse_server_stamp, unix_ns
@@ -754,10 +756,20 @@ def _one_by_one(batches: Generator[list[_T], None, None]) -> Generator[_T, None,
 
 
 def _iter_ordered(
-    js: JetStream, stream: str, subjects: Sequence[str], start: int, end: int, fetch_batch: int, *, records: bool
+    js: JetStream,
+    stream: str,
+    subjects: Sequence[str],
+    start: int,
+    end: int,
+    fetch_batch: int,
+    *,
+    records: bool,
+    columns: bool = False,
 ) -> Generator[Any, None, None]:
     """:func:`iter_range` a fetch at a time: lists of messages or (``records``) of
-    :data:`Record` tuples, taken from the ordered consumer's runs without a :class:`JsMsg` each."""
+    :data:`Record` tuples, taken from the ordered consumer's runs without a :class:`JsMsg` each;
+    with ``columns`` too, runs the connection read in bulk come as they are among the tuples
+    (:class:`jscore.bulk.DeliveryColumns`)."""
     oc = js.ordered_consumer(
         stream,
         filter_subjects=list(subjects) or None,
@@ -773,7 +785,7 @@ def _iter_ordered(
             items: list[Any]
             try:
                 if records:
-                    items, pending = oc._fetch_records(want, no_wait=True, expires=None)
+                    items, pending = oc._fetch_records(want, no_wait=True, expires=None, columns=columns)
                 else:
                     items = oc.fetch(want, no_wait=True, expires=None)
                     pending = items[-1].metadata.num_pending if items else None
@@ -793,7 +805,7 @@ def _iter_ordered(
             empties = 0
             last: int = _seq_of(items[-1], records)
             if last > end:  # (in order: keep those up to the end)
-                yield [item for item in items if _seq_of(item, records) <= end]
+                yield [kept for item in items if (kept := _up_to(item, end, records)) is not None]
                 return
             yield items
             cursor = last
@@ -803,8 +815,21 @@ def _iter_ordered(
         _close_ordered(js, oc)
 
 
-def _seq_of(item: Any, record: bool) -> int:
+def _seq_of(item: Any, record: bool, first: bool = False) -> int:
+    """The stream sequence of a message, a record, or the last (``first``: first) of a run
+    read in bulk."""
+    if item.__class__ is DeliveryColumns:
+        return item.seqs[0 if first else -1]
     return item[3] if record else item.metadata.sequence.stream  # type: ignore[no-any-return]
+
+
+def _up_to(item: Any, end: int, record: bool) -> Any:
+    """``item`` if its sequence is at most ``end``; of a run read in bulk, those of it that are
+    (None: none)."""
+    if item.__class__ is DeliveryColumns:
+        k = bisect_right(item.seqs, end)
+        return item.head(k) if k else None
+    return item if _seq_of(item, record) <= end else None
 
 
 def read_range(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterator[tuple[Any, ...]]:
@@ -856,7 +881,9 @@ def _arrow_schema() -> Any:
 
 def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, rows: int | None = None) -> Iterator[Any]:
     """:func:`read_range` as Arrow record batches of at most ``rows`` rows: Spark takes them as
-    they are, instead of converting a Python tuple per row (what the readers return)."""
+    they are, instead of converting a Python tuple per row (what the readers return). Runs of
+    deliveries the connection read in bulk (:class:`jscore.bulk.DeliveryColumns`) become
+    columns without a Python object per message."""
     import pyarrow as pa
 
     rows = ARROW_BATCH_ROWS if rows is None else max(1, rows)
@@ -868,9 +895,24 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
         # (the columns, in C: a pass per column makes no iterator per record, as zip(*records)
         # would, that the garbage collector counts)
         subjects, datas, headers, seqs, stamps = [list(map(column, records)) for column in _RECORD_COLUMNS]
+        return columns_batch(
+            pa.array(subjects, type=types[0]), pa.array(datas, type=types[1]), headers, seqs, stamps
+        )
+
+    def bulk_batch(run: DeliveryColumns) -> Any:
+        lines = run.header_lines()
+        return columns_batch(
+            run.subject_array().cast(types[0]),
+            run.payload_array().cast(types[1]),
+            [None] * run.count if lines is None else lines,
+            run.seqs,
+            run.stamps,
+        )
+
+    def columns_batch(subjects: Any, datas: Any, headers: Sequence[Any], seqs: list[int], stamps: Sequence[Any]) -> Any:
         arrays = [
-            pa.array(subjects, type=types[0]),
-            pa.array(datas, type=types[1]),
+            subjects,
+            datas,
             _headers_array(headers, types[2]),
             pa.repeat(pa.scalar(stream, types[3]), len(seqs)),
             pa.array(seqs, type=types[4]),
@@ -878,21 +920,47 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
+    made: list[Any] = []  # record batches not handed over yet, fewer than ``rows`` rows in all
+    count = 0
     held: list[Record] = []
-    batches = _range_batches(config, ropts, part)
+    batches = _range_batches(config, ropts, part, columns=True)
     try:
-        for records in batches:
-            if held:
-                held.extend(records)
-            else:
-                held = records
-            while len(held) >= rows:
-                yield batch(held[:rows])
-                held = held[rows:]
+        for items in batches:
+            for item in items:
+                if item.__class__ is DeliveryColumns:
+                    if held:
+                        made.append(batch(held))
+                        held = []
+                    made.append(bulk_batch(item))
+                    count += item.count
+                else:
+                    held.append(item)
+                    count += 1
+            if count >= rows:
+                if held:
+                    made.append(batch(held))
+                    held = []
+                full, made, count = _rebatch(made, rows, schema)
+                yield from full
     finally:
         batches.close()
     if held:
-        yield batch(held)
+        made.append(batch(held))
+    if made:
+        full, rest, _ = _rebatch(made, rows, schema)
+        yield from full
+        yield from rest
+
+
+def _rebatch(made: list[Any], rows: int, schema: Any) -> tuple[list[Any], list[Any], int]:
+    """The record batches ``made`` (in order) as batches of ``rows`` rows, and what is left: ``(full batches, the rest as a list, its rows)``."""
+    import pyarrow as pa
+
+    whole = made[0] if len(made) == 1 else pa.Table.from_batches(made, schema=schema).combine_chunks().to_batches()[0]
+    n = whole.num_rows
+    full = [whole.slice(start, rows) for start in range(0, n - rows + 1, rows)]
+    done = len(full) * rows
+    return full, ([whole.slice(done)] if done < n else []), n - done
 
 
 def _spark_type(t: Any) -> Any:
@@ -1064,6 +1132,8 @@ def iter_range_batches(
     end: int,
     batch: int | None = None,
     direct: bool = False,
+    *,
+    _columns: bool = False,
 ) -> Generator[list[Record], None, None]:
     """:func:`iter_range` as lists of :data:`Record` tuples, one per fetch or direct get
     request (no Python step per message between the client and the column builder). With ``direct`` (the ``directGet`` option),
@@ -1104,7 +1174,9 @@ def iter_range_batches(
         if not plan.fallback:
             return
         cursor = plan.cursor + 1
-    yield from _iter_ordered(js, stream, subjects, cursor, end, batch or DEFAULT_FETCH_BATCH, records=True)
+    yield from _iter_ordered(
+        js, stream, subjects, cursor, end, batch or DEFAULT_FETCH_BATCH, records=True, columns=_columns
+    )
 
 
 def _range_records(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Generator[Record, None, None]:
@@ -1112,9 +1184,12 @@ def _range_records(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Ge
     return _one_by_one(_range_batches(config, ropts, part))
 
 
-def _range_batches(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Generator[list[Record], None, None]:
+def _range_batches(
+    config: NatsConfig, ropts: ReadOptions, part: SeqRange, columns: bool = False
+) -> Generator[list[Any], None, None]:
     """The messages of one partition (see :func:`iter_range_batches`), with the data-loss
-    checks and the cached client dropped when the connection broke."""
+    checks and the cached client dropped when the connection broke. With ``columns``, runs the
+    connection read in bulk come as they are among the records (see :func:`_iter_ordered`)."""
     stream = ropts.stream
     check = part.check_loss and ropts.fail_on_data_loss
     with lease(config) as client:
@@ -1125,11 +1200,11 @@ def _range_batches(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Ge
             own: tuple[str, ...] | None = getattr(part, "subjects", None)
             subjects = own if own is not None else ropts.subjects
             batches = iter_range_batches(
-                js, stream, subjects, part.start, part.end, ropts.fetch_batch, ropts.direct_get
+                js, stream, subjects, part.start, part.end, ropts.fetch_batch, ropts.direct_get, _columns=columns
             )
             for records in batches:
                 if first_seen is None and records:
-                    first_seen = records[0][3]
+                    first_seen = _seq_of(records[0], True, first=True)
                     if check and first_seen > part.start:
                         _check_loss(js, stream, part.start)
                 yield records

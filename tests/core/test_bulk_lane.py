@@ -139,3 +139,10 @@ def test_a_long_run_is_read_in_bulk() -> None:
     assert error is None and read == 399 and len(msgs) == 399
     assert in_bulk == 399  # (three runs: HMSG, one MSG, HMSG)
     assert parse(False, data, [])[:4] == (msgs, cursors, error, read)
+
+
+def test_lines_in_payloads_that_look_like_frames_do_not_end_a_bulk_read() -> None:
+    data = b"".join(delivery(s, headed=True, payload=_FAKES[1 + s % 2] if s % 10 == 0 else b"p") for s in range(1, 401))
+    msgs, cursors, error, read, in_bulk = parse(True, data, [])
+    assert error is None and read == in_bulk == 400
+    assert parse(False, data, [])[:4] == (msgs, cursors, error, read)

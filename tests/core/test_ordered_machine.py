@@ -89,12 +89,15 @@ class H:
         now: float = 0.0,
         request_timeout: float = 5.0,
         ordered: OrderedConsumerOptions | None = None,
+        columns: bool = False,
     ) -> None:
         self.st = state if state is not None else OrderedConsumerState("S", ordered, name_prefix="P")
         self.now = now
         self.sent: list[SendRequested] = []
         self.events: list[Any] = []
-        self.m = OrderedMachine(self.st, options, now, request_timeout=request_timeout, connected=connected)
+        self.m = OrderedMachine(
+            self.st, options, now, request_timeout=request_timeout, connected=connected, columns=columns
+        )
         self.pump()
 
     def pump(self) -> None:

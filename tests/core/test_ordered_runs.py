@@ -15,7 +15,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from jscore.jsmsg import ack_cursor, parse_ack_subject
-from jscore.ordered import OrderedMessageDelivered, OrderedMessagesDelivered, OrderedState
+import numpy as np
+
+from jscore.bulk import DeliveryColumns
+from jscore.ordered import OrderedColumnsDelivered, OrderedMessageDelivered, OrderedMessagesDelivered, OrderedState
 from jscore.protocol import MsgReceived, MsgsReceived
 from jscore.pull import MessagesTaken
 from jscore.machine import ConnectionLost, ConnectionRestored, Stop
@@ -25,10 +28,15 @@ _STAMP = 1700000000000000000
 
 
 def flat(events: list[Any]) -> list[str]:
-    """Every OrderedMessagesDelivered as one OrderedMessageDelivered per message, with the
-    metadata its ack subject gives (as reprs: errors compare by type and text)."""
+    """Every OrderedMessagesDelivered (or OrderedColumnsDelivered) as one
+    OrderedMessageDelivered per message, with the metadata its ack subject gives (as reprs:
+    errors compare by type and text)."""
     out: list[Any] = []
     for e in events:
+        if e.__class__ is OrderedColumnsDelivered:
+            cols = e.columns
+            msgs, _ = cols.messages(MsgReceived)
+            e = OrderedMessagesDelivered(msgs=msgs, stream_seqs=cols.seqs, stamps=cols.stamps)
         if e.__class__ is OrderedMessagesDelivered:
             assert e.msgs and len(e.msgs) == len(e.stream_seqs) == len(e.stamps), "a malformed run"
             for m, seq, stamp in zip(e.msgs, e.stream_seqs, e.stamps):
@@ -143,12 +151,57 @@ def lane_runs(msgs: list[MsgReceived]) -> list[MsgsReceived]:
     return out
 
 
+def columns_of(msgs: list[MsgReceived], cursors: list[tuple[str, int, int, int]]) -> DeliveryColumns:
+    """The columns the bulk reader gives for these deliveries of one consumer (MSG frames,
+    with the messages' own sizes)."""
+    buf = b""
+    at: dict[str, list[int]] = {k: [] for k in ("subject_at", "subject_end", "reply_at", "reply_end", "payload_at")}
+    for m in msgs:
+        assert m.reply is not None and m.headers is None
+        head = b"MSG %s 1 " % m.subject.encode()
+        at["subject_at"].append(len(buf) + 4)
+        at["subject_end"].append(len(buf) + len(head) - 3)
+        at["reply_at"].append(len(buf) + len(head))
+        at["reply_end"].append(len(buf) + len(head) + len(m.reply))
+        frame = head + b"%s %d\r\n" % (m.reply.encode(), len(m.data))
+        at["payload_at"].append(len(buf) + len(frame))
+        buf += frame + m.data + b"\r\n"
+    arrays = {k: np.array(v, dtype=np.int64) for k, v in at.items()}
+    arrays["block_at"] = arrays["payload_at"]
+    arrays["payload_end"] = arrays["payload_at"] + np.array([len(m.data) for m in msgs], dtype=np.int64)
+    arrays["sizes"] = np.array([m.size for m in msgs], dtype=np.int64)
+    assert len({c[0] for c in cursors}) == 1
+    return DeliveryColumns(
+        buf=buf, end=len(buf), sid=1, headed=False, consumer=cursors[0][0], seqs=[c[1] for c in cursors],
+        cseqs=[c[2] for c in cursors], stamps=[c[3] for c in cursors], size=sum(m.size for m in msgs), **arrays,
+    )  # fmt: skip
+
+
+def column_runs(msgs: list[MsgReceived]) -> list[MsgsReceived]:
+    """The runs of the delivery lane, each stretch of v1 deliveries of one consumer as the
+    columns the bulk reader gives for it."""
+    out: list[MsgsReceived] = []
+    for run in lane_runs(msgs):
+        if run.cursors is None:
+            out.append(run)
+            continue
+        i = 0
+        while i < len(run.msgs):
+            j = i
+            while j < len(run.msgs) and run.cursors[j][0] == run.cursors[i][0]:
+                j += 1
+            piece = run.msgs[i:j]
+            out.append(MsgsReceived(1, [], sum(m.size for m in piece), None, columns_of(piece, run.cursors[i:j])))
+            i = j
+    return out
+
+
 def _apply(h: H, step: tuple[str, Any], msgs: list[MsgReceived] | None, as_run: bool | str) -> None:
     kind, arg = step
     if kind == "run":
         assert msgs is not None
-        if as_run == "lane":
-            for run in lane_runs(msgs):
+        if as_run in ("lane", "columns"):
+            for run in lane_runs(msgs) if as_run == "lane" else column_runs(msgs):
                 h.m.receive_msgs(run, h.now)
                 h.pump()
         elif as_run:
@@ -197,21 +250,20 @@ def test_a_run_is_the_same_as_its_messages_one_by_one(consume: bool, batch: int,
         opts = consume_opts(max_messages=batch)
     else:
         opts = fetch_opts(batch, expires=2.0, max_bytes=max_bytes) if max_bytes else fetch_opts(batch, expires=2.0)
-    one, run, lane = H(opts), H(opts), H(opts)
+    one, run, lane, cols = H(opts), H(opts), H(opts), H(opts, columns=True)
     for step in steps:
         msgs = _messages(one, step[1]) if step[0] == "run" else None
         errors = []
-        for h, as_run in ((one, False), (run, True), (lane, "lane")):
+        for h, as_run in ((one, False), (run, True), (lane, "lane"), (cols, "columns")):
             try:
                 _apply(h, step, msgs, as_run=as_run)
                 errors.append(None)
             except Exception as exc:  # noqa: BLE001 (all must raise the same)
                 errors.append(repr(exc))
-        assert errors[0] == errors[1] == errors[2]
-        assert flat(run.events) == flat(one.events)
-        assert flat(lane.events) == flat(one.events)
-        assert snapshot(run) == snapshot(one)
-        assert snapshot(lane) == snapshot(one)
+        assert errors[0] == errors[1] == errors[2] == errors[3]
+        for other in (run, lane, cols):
+            assert flat(other.events) == flat(one.events)
+            assert snapshot(other) == snapshot(one)
 
 
 def test_a_run_of_the_active_consumers_deliveries_is_one_event() -> None:
@@ -277,3 +329,22 @@ def test_a_create_reply_then_the_new_consumers_deliveries_in_one_run() -> None:
     # (the create reply goes alone; the new consumer's deliveries after it are a run again)
     assert [[m.data for m in e.msgs] for e in h.of(OrderedMessagesDelivered)] == [[b"1"], [b"2", b"3"]]
     assert not h.of(OrderedMessageDelivered)
+
+
+def test_a_run_read_in_bulk_is_one_columns_event_while_the_fetch_takes_it() -> None:
+    """In order and within the fetch's batch: one OrderedColumnsDelivered, counted by the fetch
+    (which ends when the run completes its batch); past the batch or with a gap, message by
+    message, as test_a_run_is_the_same_as_its_messages_one_by_one holds."""
+    for batch, count, whole in ((5, 5, True), (8, 5, True), (4, 5, False)):
+        h = H(fetch_opts(batch, expires=2.0), columns=True)
+        h.created(0)
+        msgs = _messages(h, [("next", 10)] * count)
+        (run,) = column_runs(msgs)
+        h.m.receive_msgs(run, h.now)
+        h.pump()
+        got = [e for e in h.events if e.__class__ is OrderedColumnsDelivered]
+        assert (len(got) == 1) is whole
+        assert h.m.delivered == min(batch, count) and h.st.consumer_seq == min(batch, count)
+        assert h.m.finished is (batch <= count)
+        if not h.m.finished:  # (the fetch counts the run's bytes too)
+            assert _inner_counts(h.m._inner)[:2] == (count, sum(m.size for m in msgs))

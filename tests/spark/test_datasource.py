@@ -329,10 +329,10 @@ def test_direct_read_of_a_range_and_when_it_asks_the_leader(
     ordered: list[tuple[int, int]] = []
     real = dsmod._iter_ordered
 
-    def spy(js_: Any, stream: str, subjects: Any, start: int, end: int, batch: int, *, records: bool) -> Any:
+    def spy(js_: Any, stream: str, subjects: Any, start: int, end: int, batch: int, *, records: bool, **kw: Any) -> Any:
         if records:  # (the reader's; the test's own helpers read messages with iter_range)
             ordered.append((start, end))
-        return real(js_, stream, subjects, start, end, batch, records=records)
+        return real(js_, stream, subjects, start, end, batch, records=records, **kw)
 
     want = [(m[0], m[1], m[2]) for m in _stored(js, names.stream)]  # (read with iter_range, before the spy)
     monkeypatch.setattr(dsmod, "_iter_ordered", spy)
@@ -658,3 +658,54 @@ def test_streaming_write_replayed_batch_is_deduplicated(
     assert js.stream(dst).info().state.messages == 500
     got = sorted(d for _, _, d in _stored(js, dst))
     assert got == sorted(f"r{i}".encode() for i in range(500))
+
+
+def test_arrow_read_of_runs_read_in_bulk_is_the_read_one_by_one(
+    nats_url: str, js: Any, names: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Arrow read (Spark's) takes long runs of deliveries as the connection read them in
+    bulk, without a Python object per message (jscore.bulk): its rows are the tuple read's,
+    whatever the messages (a msg id, more header lines, none; two subjects; payloads holding
+    lines that look like frames)."""
+    from jscore import bulk
+    from jscore import protocol as proto
+    from jssync.spark._config import NatsConfig
+
+    if not bulk.AVAILABLE:
+        pytest.skip("NumPy and PyArrow are not installed: no read in bulk")
+    js.create_stream(name=names.stream, subjects=[f"{names.subject}.>"])
+    n = 3000
+    for i in range(n):
+        subject = f"{names.subject}.{'a' if i % 50 else 'b'}"
+        payload = (b"\r\nHMSG x 1 r 5 5\r\n" if i % 97 == 0 else b"") + b"p" * (i % 200)
+        if i % 400 == 399:
+            js.publish_async(subject, payload)  # (no headers: MSG)
+        elif i % 300 == 7:
+            js.publish_async(subject, payload, headers={"K": "v 1", "Other": "x\ty"}, msg_id=f"m-{i}")
+        else:
+            js.publish_async(subject, payload, msg_id=f"m-{i}")
+    js.publish_async_complete(timeout=30)
+    read_in_bulk = []
+    real = proto.bulk.read_deliveries
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        got = real(*args, **kwargs)
+        read_in_bulk.append(0 if got is None else got.count)
+        return got
+
+    monkeypatch.setattr(proto.bulk, "read_deliveries", counted)
+    config, ropts = NatsConfig(servers=(nats_url,)), ReadOptions(stream=names.stream)
+    batches = list(dsmod.read_range_arrow(config, ropts, SeqRange(0, 1, n)))
+    assert sum(read_in_bulk) >= n // 2, read_in_bulk
+    assert all(b.num_rows <= dsmod.ARROW_BATCH_ROWS for b in batches)
+    rows = [
+        (r["subject"], r["data"], None if r["headers"] is None else dict(r["headers"]), r["stream"], r["seq"], r["timestamp"])
+        for b in batches
+        for r in b.to_pylist()
+    ]
+    assert len(rows) == n
+    assert rows == list(read_range(config, ropts, SeqRange(0, 1, n)))
+    assert rows[399][2] is None and rows[7][2] == {"Nats-Msg-Id": ["m-7"], "K": ["v 1"], "Other": ["x\ty"]}
+    # A range that ends inside a run read in bulk keeps the rows up to its end.
+    part = list(dsmod.read_range_arrow(config, ropts, SeqRange(0, 1, 2345)))
+    assert [r["seq"] for b in part for r in b.to_pylist()] == list(range(1, 2346))
