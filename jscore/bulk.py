@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Mapping
 from importlib.util import find_spec
 from itertools import repeat
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from .headers import checked_block_headers
 
@@ -68,11 +68,24 @@ MIN_BYTES: Final = 32 * 1024
 array operations' fixed cost outweighs what they save."""
 
 
-def run_matcher(frame_pattern: bytes) -> Callable[[bytes], object]:
-    """The ``fullmatch`` of one or more frames in a row that each match ``frame_pattern`` (whose
+def run_matcher(pattern: bytes) -> Callable[[bytes], object]:
+    """The ``fullmatch`` of one or more pieces in a row that each match ``pattern`` (whose
     capturing groups are made non-capturing: its pieces hold no literal parenthesis)."""
-    plain = re.sub(rb"\((?!\?)", b"(?:", frame_pattern)
+    plain = re.sub(rb"\((?!\?)", b"(?:", pattern)
     return re.compile(b"(?:" + plain + b")++").fullmatch
+
+
+class Patterns(NamedTuple):
+    """The frame-by-frame reading's patterns, as :func:`read_deliveries` uses them: ``hmsg`` and
+    ``msg`` match a whole frame's head at a position (``re.Pattern.match``); ``hmsg_rests`` and
+    ``msg_rests`` are :func:`run_matcher` of what follows an ack subject's delivery count;
+    ``subjects`` the ``fullmatch`` of subjects joined (one or more characters each)."""
+
+    hmsg: Callable[[bytes, int], Any]
+    msg: Callable[[bytes, int], Any]
+    hmsg_rests: Callable[[bytes], object]
+    msg_rests: Callable[[bytes], object]
+    subjects: Callable[[bytes], object]
 
 
 class DeliveryColumns:
@@ -83,7 +96,7 @@ class DeliveryColumns:
     (subjects, payloads, header blocks, replies) stays in ``buf`` until asked for: by
     :meth:`messages` as the frame-by-frame reading gives it, or column by column."""
 
-    __slots__ = ("buf", "end", "sid", "headed", "consumer", "count", "size", "seqs", "cseqs", "stamps", "_at")
+    __slots__ = ("buf", "end", "sid", "headed", "consumer", "count", "size", "seqs", "cseqs", "stamps", "_one_line", "_at")
 
     def __init__(
         self,
@@ -97,6 +110,7 @@ class DeliveryColumns:
         cseqs: list[int],
         stamps: list[int],
         size: int,
+        one_line: bool = False,
         **at: Any,
     ) -> None:
         self.buf = buf
@@ -109,6 +123,7 @@ class DeliveryColumns:
         self.seqs = seqs
         self.cseqs = cseqs
         self.stamps = stamps
+        self._one_line = one_line  # (every header block holds exactly one line)
         self._at: dict[str, Any] = at  # (NumPy arrays of positions in buf, and sizes)
 
     def __repr__(self) -> str:
@@ -125,7 +140,7 @@ class DeliveryColumns:
         end = int(at["payload_end"][-1]) + 2
         return DeliveryColumns(
             buf=self.buf, end=end, sid=self.sid, headed=self.headed, consumer=self.consumer,
-            seqs=self.seqs[:k], cseqs=self.cseqs[:k], stamps=self.stamps[:k], size=size, **at,
+            seqs=self.seqs[:k], cseqs=self.cseqs[:k], stamps=self.stamps[:k], size=size, one_line=self._one_line, **at,
         )  # fmt: skip
 
     def subjects(self) -> list[str]:
@@ -154,6 +169,30 @@ class DeliveryColumns:
             return None
         at = self._at
         return _texts(self.buf, at["block_at"] + _FIRST_LINE, at["payload_at"] - 2)
+
+    def one_key_values(self) -> tuple[str, Any] | None:
+        """When every delivery's headers are one line ``Key: value`` with the same key and a
+        value that does not start with white space (a writer's ``Nats-Msg-Id``): the key and
+        the values, as a PyArrow ``large_string`` array (made in C). What
+        :func:`jscore.headers.header_columns` gives for :meth:`header_lines` then. Else None."""
+        if not self._one_line:
+            return None
+        np = _np
+        at = self._at
+        buf = self.buf
+        first = int(at["block_at"][0]) + _FIRST_LINE
+        colon = buf.find(b":", first)
+        head = buf[first : colon + 1] + b" "
+        a = np.frombuffer(buf, np.uint8)
+        rows = a[(at["block_at"] + _FIRST_LINE)[:, None] + np.arange(len(head))[None, :]]
+        if not (rows == np.frombuffer(head, np.uint8)).all():
+            return None
+        value_at = at["block_at"] + _FIRST_LINE + len(head)
+        starts = a[value_at]
+        if ((starts == 32) | (starts == 9)).any():
+            return None
+        values = _slices(_pa.py_buffer(buf), value_at, at["payload_at"] - 4, _pa.large_string())
+        return head[:-2].decode(), values
 
     def replies(self) -> list[str]:
         """Each delivery's reply (its ack subject)."""
@@ -256,13 +295,12 @@ def read_deliveries(
     max_msg: int,
     max_control_line: int,
     names: dict[bytes, str],
-    hmsg_run: Callable[[bytes], object],
-    msg_run: Callable[[bytes], object],
+    patterns: Patterns,
 ) -> DeliveryColumns | None:
     """The run of deliveries at ``pos`` (see the module's doc), or None when there is none to
     read in bulk there. ``sids`` are the subscriptions armed for it (by their digits); ``names``
-    is the parser's cache of consumer names by their bytes; ``hmsg_run`` and ``msg_run`` are
-    :func:`run_matcher` of the frame-by-frame reading's patterns."""
+    is the parser's cache of consumer names by their bytes; ``patterns`` the frame-by-frame
+    reading's patterns."""
     if _np is None and not _load():
         return None
     np = _np
@@ -366,20 +404,35 @@ def read_deliveries(
     sid = sids.get(sid_b)
     if sid is None:
         return None
-    # 3. Control lines and header blocks, joined, each as the frame-by-frame reading matches it.
-    data = pa.py_buffer(buf)
+    # 3. Each frame as the frame-by-frame reading matches it: the first in full; then, as they
+    # all hold the first one's sid and ack subject up to the delivery count, each one's subject
+    # and what follows that count (each piece of the pattern ends at a delimiter it cannot hold,
+    # as for the frame-by-frame reading's own frames that start alike).
     heads_end = lf + 1 + hdr[:k] if headed else lf + 1
-    joined = _joined(data, c, heads_end) if k > 1 else buf[int(c[0]) : int(heads_end[0])]
+    if (patterns.hmsg if headed else patterns.msg)(buf, pos) is None:
+        return None
+    subject_at = c + hl
+    if not (s1 > subject_at).all():
+        return None
+    data = pa.py_buffer(buf)
+    if k > 1 and patterns.subjects(_joined(data, subject_at, s1)) is None:
+        return None
+    rests = _joined(data, d_count[:k] + 1, heads_end)
     if headed:
+        r = np.frombuffer(rests, np.uint8)
+        crlf = (r[:-1] == 13) & (r[1:] == 10)
         blank = heads_end - 4
         if not ((a[blank] == 13) & (a[blank + 1] == 10) & (a[blank + 2] == 13) & (a[blank + 3] == 10)).all():
             return None
-        if joined.count(b"\r\n\r\n") != k:
+        if int((crlf[:-2] & crlf[2:]).sum()) != k:  # (each block's empty line, and no other)
             return None
-        if hmsg_run(joined) is None:
+        one_line = int(crlf.sum()) == 4 * k  # (the control line's, NATS/1.0's, one line's, the last)
+        if patterns.hmsg_rests(rests) is None:
             return None
-    elif msg_run(joined) is None:
+    elif patterns.msg_rests(rests) is None:
         return None
+    else:
+        one_line = False
     # 4. The numbers; the rest is taken out when asked for.
     nums_at = at_dot[:k]
     name_start = int(dots[int(nums_at[0]) - 6]) + 1
@@ -387,7 +440,6 @@ def read_deliveries(
     name = names.get(raw_name)
     if name is None:
         name = names[raw_name] = raw_name.decode()  # (printable ASCII: matched)
-    subject_at = c + hl
     sizes = total + (s1 - subject_at) + (s3 - s2 - 1)
     return DeliveryColumns(
         buf=buf,
@@ -407,4 +459,5 @@ def read_deliveries(
         payload_end=lf + 1 + total,
         sizes=sizes,
         size=int(sizes.sum()),
+        one_line=one_line,
     )

@@ -345,16 +345,18 @@ _DELIVERY_HMSG_SIZES: Final = (
     rb" ([0-9]{1,7}) ([0-9]{1,10})\r\n(" + common_block_re(r"[ -~\t]").encode() + rb")"
 )
 _DELIVERY_MSG_SIZE: Final = rb" ([0-9]{1,10})\r\n"
-_DELIVERY_HMSG_FRAME: Final = rb"HMSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_HMSG_SIZES
-_DELIVERY_MSG_FRAME: Final = rb"MSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_MSG_SIZE
-_DELIVERY_HMSG: Final = re.compile(_DELIVERY_HMSG_FRAME).match
-_DELIVERY_MSG: Final = re.compile(_DELIVERY_MSG_FRAME).match
-# (the same frames, one or more in a row, for the bulk reader: jscore.bulk)
+_DELIVERY_HMSG: Final = re.compile(rb"HMSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_HMSG_SIZES).match
+_DELIVERY_MSG: Final = re.compile(rb"MSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_MSG_SIZE).match
 _BULK_TRIES: Final = 4  # bulk reads of deliveries per buffer that may read less than bulk.MIN_RUN
-_DELIVERY_HMSG_RUN: Final = bulk.run_matcher(_DELIVERY_HMSG_FRAME)
-_DELIVERY_MSG_RUN: Final = bulk.run_matcher(_DELIVERY_MSG_FRAME)
 _DELIVERY_HMSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_HMSG_SIZES).match
 _DELIVERY_MSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_MSG_SIZE).match
+_BULK_PATTERNS: Final = bulk.Patterns(
+    hmsg=_DELIVERY_HMSG,
+    msg=_DELIVERY_MSG,
+    hmsg_rests=bulk.run_matcher(_DELIVERY_NUMS + _DELIVERY_HMSG_SIZES),
+    msg_rests=bulk.run_matcher(_DELIVERY_NUMS + _DELIVERY_MSG_SIZE),
+    subjects=re.compile(rb"[!-~]+").fullmatch,  # (as the frame's subject group)
+)
 # The rest of a run's MSG frame that starts as the one before it did, up to its ack subject's
 # numbers (see Parser._parse): those numbers (no white space, so the general way's split gives the
 # same four arguments) and the size.
@@ -564,9 +566,7 @@ class Parser:
         plen = reply_at = subject_len = 0
         subject = name = ""
         if lane.column_sids and self._bulk_left > 0 and n - pos >= lane.bulk_min:
-            got = bulk.read_deliveries(
-                buf, pos, lane.column_sids, max_msg, MAX_CONTROL_LINE, names, _DELIVERY_HMSG_RUN, _DELIVERY_MSG_RUN
-            )
+            got = bulk.read_deliveries(buf, pos, lane.column_sids, max_msg, MAX_CONTROL_LINE, names, _BULK_PATTERNS)
             if got is None or got.count < bulk.MIN_RUN:
                 self._bulk_left -= 1  # (a bulk read scans what is left: a few short ones, then no more)
             if got is not None:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from jscore import bulk
-from jscore.headers import bulk_headers
+from jscore.headers import bulk_headers, header_columns
 from jscore.protocol import MAX_CONTROL_LINE, PAYLOAD_MARGIN, AckLane, MsgReceived, MsgsReceived, Parser, RemoteProtocolError
 
 from .test_delivery_lane import SID, _key, frame, hmsg
@@ -92,6 +92,17 @@ def check_columns(cols: bulk.DeliveryColumns, msgs: list[MsgReceived], cursors: 
     assert cols.replies() == [m.reply for m in msgs] and cols.last_reply() == msgs[-1].reply
     assert cols.header_lines() == (None if not cols.headed else [bulk_headers(m.headers) for m in msgs])
     assert [(cols.consumer, s, c, t) for s, c, t in zip(cols.seqs, cols.cseqs, cols.stamps)] == cursors
+    one = cols.one_key_values()
+    if one is not None:
+        assert cols.headed
+        lines = cols.header_lines()
+        assert lines is not None
+        assert header_columns(lines) == ([1] * cols.count, [one[0]] * cols.count, None, one[1].to_pylist())
+    elif cols.headed and all(
+        m.headers is not None and m.headers._block.startswith("NATS/1.0\r\nNats-Msg-Id: w-") and m.headers._block.count("\r\n") == 3
+        for m in msgs
+    ):
+        raise AssertionError("one Nats-Msg-Id line each: the values are taken at once")
     if cols.count > 1:
         head = cols.head(cols.count - 1)
         assert head.messages(MsgReceived)[1] == cursors[:-1] and head.size == sum(m.size for m in msgs[:-1])
@@ -118,16 +129,36 @@ def _two_in_one() -> bytes:
     return delivery(1, headed=True, payload=b"a") + two + delivery(3, headed=True, payload=b"c")
 
 
+def _rest_in_block() -> bytes:
+    """A frame whose header size takes in, after its block, what follows a delivery count and
+    another block: joined with the others, it still matches as two of those."""
+    block = b"NATS/1.0\r\nNats-Msg-Id: w-2\r\n\r\n" + b"1.9.9.9.0 32 32\r\nNATS/1.0\r\nNats-Msg-Id: w-9\r\n\r\n"
+    reply = f"$JS.ACK.S.OC_x_1.1.2.2.{_STAMP}.0".encode()
+    two = b"HMSG s.x 13 %s %d %d\r\n%s\r\n" % (reply, len(block), len(block), block)
+    return delivery(1, headed=True, payload=b"a") + two + delivery(3, headed=True, payload=b"c")
+
+
+def _subjects(*subjects: bytes) -> bytes:
+    return b"".join(delivery(s, headed=True, payload=b"p", subject=subj) for s, subj in enumerate(subjects, 1))
+
+
 @pytest.mark.parametrize(
     "data",
     [
         _two_in_one(),
+        _rest_in_block(),
+        _subjects(b"s.x", b"s.y", b"", b"s.z"),
+        _subjects(b"s.x", b"s\x01y", b"s.z"),
+        _subjects(b"s.x", "ü.y".encode(), b"s.z"),
         # (a payload over the limit, then one at it: the frame-by-frame reading's error)
         delivery(1, headed=True, payload=b"a") + delivery(2, headed=True, payload=b"x" * ((1 << 16) + PAYLOAD_MARGIN)),
         delivery(1, headed=False, payload=b"a") + delivery(2, headed=False, payload=b"x" * ((1 << 16) + PAYLOAD_MARGIN + 1)),
         delivery(1, headed=True, payload=b"a") + b"HMSG s.x 13 " + b"x" * MAX_CONTROL_LINE + b" 5 5\r\nNATS/\r\n",
     ],
-    ids=["two-heads-in-one-block", "hmsg-over-max", "msg-over-max", "control-line-too-long"],
+    ids=[
+        "two-heads-in-one-block", "rest-in-block", "empty-subject", "control-char-subject", "non-ascii-subject",
+        "hmsg-over-max", "msg-over-max", "control-line-too-long",
+    ],
 )
 def test_what_the_frame_by_frame_lane_refuses(data: bytes) -> None:
     assert parse(True, data, [])[:4] == parse(False, data, [])[:4]
