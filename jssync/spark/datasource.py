@@ -717,6 +717,18 @@ def _headers_array(items: Sequence[Headers | str | None], type_: Any) -> Any:
     return pa.MapArray.from_arrays(offsets, key_array, lists, type=type_)
 
 
+def _one_key_headers_array(key: str, values: Any, type_: Any) -> Any:
+    """:func:`_headers_array` of headers that are each one line ``key: value`` (``values`` an
+    Arrow string array, one each), made in a few calls."""
+    import pyarrow as pa
+
+    n = len(values)
+    ones = _count_up(n)
+    key_array = pa.repeat(pa.scalar(key, pa.string()), n)
+    lists = pa.ListArray.from_arrays(ones, values.cast(pa.string()), type=type_.item_type)
+    return pa.MapArray.from_arrays(ones, key_array, lists, type=type_)
+
+
 def _count_up(n: int) -> Any:
     """The Arrow int32 array ``0, 1, ..., n`` (the offsets of ``n`` items of one each), built in C."""
     import pyarrow as pa
@@ -896,24 +908,25 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
         # would, that the garbage collector counts)
         subjects, datas, headers, seqs, stamps = [list(map(column, records)) for column in _RECORD_COLUMNS]
         return columns_batch(
-            pa.array(subjects, type=types[0]), pa.array(datas, type=types[1]), headers, seqs, stamps
+            pa.array(subjects, type=types[0]), pa.array(datas, type=types[1]), _headers_array(headers, types[2]), seqs, stamps
         )
 
     def bulk_batch(run: DeliveryColumns) -> Any:
-        lines = run.header_lines()
+        one = run.one_key_values()
+        if one is not None:
+            headers = _one_key_headers_array(one[0], one[1], types[2])
+        else:
+            lines = run.header_lines()
+            headers = _headers_array([None] * run.count if lines is None else lines, types[2])
         return columns_batch(
-            run.subject_array().cast(types[0]),
-            run.payload_array().cast(types[1]),
-            [None] * run.count if lines is None else lines,
-            run.seqs,
-            run.stamps,
+            run.subject_array().cast(types[0]), run.payload_array().cast(types[1]), headers, run.seqs, run.stamps
         )
 
-    def columns_batch(subjects: Any, datas: Any, headers: Sequence[Any], seqs: list[int], stamps: Sequence[Any]) -> Any:
+    def columns_batch(subjects: Any, datas: Any, headers: Any, seqs: list[int], stamps: Sequence[Any]) -> Any:
         arrays = [
             subjects,
             datas,
-            _headers_array(headers, types[2]),
+            headers,
             pa.repeat(pa.scalar(stream, types[3]), len(seqs)),
             pa.array(seqs, type=types[4]),
             _stamp_array(stamps, types[5]),
