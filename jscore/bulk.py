@@ -96,7 +96,7 @@ class DeliveryColumns:
     (subjects, payloads, header blocks, replies) stays in ``buf`` until asked for: by
     :meth:`messages` as the frame-by-frame reading gives it, or column by column."""
 
-    __slots__ = ("buf", "end", "sid", "headed", "consumer", "count", "size", "seqs", "cseqs", "stamps", "_one_line", "_at")
+    __slots__ = ("buf", "end", "sid", "headed", "consumer", "count", "size", "seqs", "cseqs", "_stamps", "_one_line", "_at")
 
     def __init__(
         self,
@@ -108,7 +108,7 @@ class DeliveryColumns:
         consumer: str,
         seqs: list[int],
         cseqs: list[int],
-        stamps: list[int],
+        stamps: Any,
         size: int,
         one_line: bool = False,
         **at: Any,
@@ -122,9 +122,22 @@ class DeliveryColumns:
         self.size = size
         self.seqs = seqs
         self.cseqs = cseqs
-        self.stamps = stamps
+        self._stamps = stamps  # (a list, or a PyArrow uint64 array until asked for as one)
         self._one_line = one_line  # (every header block holds exactly one line)
         self._at: dict[str, Any] = at  # (NumPy arrays of positions in buf, and sizes)
+
+    @property
+    def stamps(self) -> list[int]:
+        """Each delivery's time stamp (ns since the epoch), from its ack subject."""
+        stamps = self._stamps
+        if stamps.__class__ is not list:
+            stamps = self._stamps = stamps.to_numpy().tolist()
+        return stamps  # type: ignore[no-any-return]
+
+    def stamp_array(self) -> Any:
+        """:attr:`stamps` as a PyArrow ``uint64`` array."""
+        stamps = self._stamps
+        return _pa.array(stamps, type=_pa.uint64()) if stamps.__class__ is list else stamps
 
     def __repr__(self) -> str:
         return f"<DeliveryColumns sid={self.sid} {self.consumer} count={self.count} seqs={self.seqs[0]}..{self.seqs[-1]}>"
@@ -140,7 +153,8 @@ class DeliveryColumns:
         end = int(at["payload_end"][-1]) + 2
         return DeliveryColumns(
             buf=self.buf, end=end, sid=self.sid, headed=self.headed, consumer=self.consumer,
-            seqs=self.seqs[:k], cseqs=self.cseqs[:k], stamps=self.stamps[:k], size=size, one_line=self._one_line, **at,
+            seqs=self.seqs[:k], cseqs=self.cseqs[:k], stamps=self.stamp_array().slice(0, k), size=size,
+            one_line=self._one_line, **at,
         )  # fmt: skip
 
     def subjects(self) -> list[str]:
@@ -248,12 +262,12 @@ def _numbers(a: Any, start: Any, stop: Any, width: int) -> tuple[Any, Any]:
     return value, ok
 
 
-def _checked_numbers(data: Any, starts: Any, stops: Any) -> list[int]:
+def _checked_numbers(data: Any, starts: Any, stops: Any) -> Any:
     """The decimal numbers at ``[starts[i]:stops[i]]`` of ``data`` (a PyArrow buffer), which
-    the caller's match checked (0, or 1 to 19 digits without a leading zero), as ints."""
+    the caller's match checked (0, or 1 to 19 digits without a leading zero), as a PyArrow
+    ``uint64`` array."""
     pa = _pa
-    text = _slices(data, starts, stops, pa.large_string())
-    return text.cast(pa.uint64()).to_numpy().tolist()  # type: ignore[no-any-return]
+    return _slices(data, starts, stops, pa.large_string()).cast(pa.uint64())
 
 
 def _slices(data: Any, starts: Any, stops: Any, type_: Any) -> Any:
@@ -447,8 +461,8 @@ def read_deliveries(
         sid=sid,
         headed=headed,
         consumer=name,
-        seqs=_checked_numbers(data, dots[nums_at - 4] + 1, dots[nums_at - 3]),
-        cseqs=_checked_numbers(data, dots[nums_at - 3] + 1, dots[nums_at - 2]),
+        seqs=_checked_numbers(data, dots[nums_at - 4] + 1, dots[nums_at - 3]).to_numpy().tolist(),
+        cseqs=_checked_numbers(data, dots[nums_at - 3] + 1, dots[nums_at - 2]).to_numpy().tolist(),
         stamps=_checked_numbers(data, dots[nums_at - 2] + 1, dots[nums_at - 1]),
         subject_at=subject_at,
         subject_end=s1,

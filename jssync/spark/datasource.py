@@ -663,6 +663,17 @@ def _stamp_array(stamps: Sequence[int | str | datetime], type_: Any) -> Any:
     return pa.array([_micros(s) for s in stamps], type=type_)
 
 
+def _ns_stamp_array(ns: Any, type_: Any) -> Any:
+    """:func:`_stamp_array` of nanosecond stamps given as an Arrow ``uint64`` array (a run read
+    in bulk), without a Python int each while they fit in int64."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(ns) and pc.max(ns).as_py() > 2**63 - 1:
+        return _stamp_array(ns.to_pylist(), type_)
+    return pc.divide(ns.cast(pa.int64()), 1000).cast(type_)
+
+
 def _micros(stamp: int | str | datetime) -> int:
     """Microseconds since the epoch, rounded down (as the microseconds of a datetime are)."""
     if isinstance(stamp, int):
@@ -908,8 +919,9 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
         # would, that the garbage collector counts)
         subjects, datas, headers, seqs, stamps = [list(map(column, records)) for column in _RECORD_COLUMNS]
         return columns_batch(
-            pa.array(subjects, type=types[0]), pa.array(datas, type=types[1]), _headers_array(headers, types[2]), seqs, stamps
-        )
+            pa.array(subjects, type=types[0]), pa.array(datas, type=types[1]), _headers_array(headers, types[2]), seqs,
+            _stamp_array(stamps, types[5]),
+        )  # fmt: skip
 
     def bulk_batch(run: DeliveryColumns) -> Any:
         one = run.one_key_values()
@@ -918,18 +930,17 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
         else:
             lines = run.header_lines()
             headers = _headers_array([None] * run.count if lines is None else lines, types[2])
-        return columns_batch(
-            run.subject_array().cast(types[0]), run.payload_array().cast(types[1]), headers, run.seqs, run.stamps
-        )
+        subjects, datas = run.subject_array().cast(types[0]), run.payload_array().cast(types[1])
+        return columns_batch(subjects, datas, headers, run.seqs, _ns_stamp_array(run.stamp_array(), types[5]))
 
-    def columns_batch(subjects: Any, datas: Any, headers: Any, seqs: list[int], stamps: Sequence[Any]) -> Any:
+    def columns_batch(subjects: Any, datas: Any, headers: Any, seqs: list[int], stamps: Any) -> Any:
         arrays = [
             subjects,
             datas,
             headers,
             pa.repeat(pa.scalar(stream, types[3]), len(seqs)),
             pa.array(seqs, type=types[4]),
-            _stamp_array(stamps, types[5]),
+            stamps,
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
