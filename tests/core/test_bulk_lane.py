@@ -16,7 +16,7 @@ from jscore import bulk
 from jscore.headers import bulk_headers, header_columns
 from jscore.protocol import MAX_CONTROL_LINE, PAYLOAD_MARGIN, AckLane, MsgReceived, MsgsReceived, Parser, RemoteProtocolError
 
-from .test_delivery_lane import SID, _key, frame, hmsg
+from .test_delivery_lane import SID, _key, feed_in_pieces, frame, hmsg
 
 pytestmark = pytest.mark.skipif(not bulk.AVAILABLE, reason="NumPy and PyArrow are not installed")
 
@@ -60,25 +60,22 @@ def parse(columns: bool, data: bytes, cuts: list[int]) -> tuple[list[Any], list[
     msgs: list[Any] = []
     cursors: list[Any] = []
     error = None
-    prev = 0
     try:
-        for cut in sorted({c % (len(data) + 1) for c in cuts}) + [len(data)]:
-            for e in parser.feed(data[prev:cut]):
-                if isinstance(e, MsgsReceived):
-                    got, run_cursors = e.msgs, e.cursors
-                    if e.columns is not None:
-                        assert not got and run_cursors is None
-                        cols = e.columns
-                        got, run_cursors = cols.messages(MsgReceived)
-                        check_columns(cols, got, run_cursors)
-                        assert e.size == cols.size and e.sid == cols.sid == SID
-                    msgs.extend(_key(m) for m in got)
-                    assert e.size == sum(m.size for m in got)
-                    cursors.extend(run_cursors or [None] * len(got))
-                elif isinstance(e, MsgReceived):
-                    msgs.append(_key(e))
-                    cursors.append(None)
-            prev = cut
+        for e in feed_in_pieces(parser, data, cuts):
+            if isinstance(e, MsgsReceived):
+                got, run_cursors = e.msgs, e.cursors
+                if e.columns is not None:
+                    assert not got and run_cursors is None
+                    cols = e.columns
+                    got, run_cursors = cols.messages(MsgReceived)
+                    check_columns(cols, got, run_cursors)
+                    assert e.size == cols.size and e.sid == cols.sid == SID
+                msgs.extend(_key(m) for m in got)
+                assert e.size == sum(m.size for m in got)
+                cursors.extend(run_cursors or [None] * len(got))
+            elif isinstance(e, MsgReceived):
+                msgs.append(_key(e))
+                cursors.append(None)
     except RemoteProtocolError as exc:
         error = str(exc)
     return msgs, cursors, error, lane.delivery_read, lane.bulk_read

@@ -10,6 +10,7 @@ too long)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
@@ -99,6 +100,14 @@ def _key(m: MsgReceived) -> tuple[Any, ...]:
     return m.subject, m.sid, m.reply, m.data, headers, m.status, m.description, m.size
 
 
+def feed_in_pieces(parser: Parser, data: bytes, cuts: list[int]) -> Iterator[Any]:
+    """The parser's events for ``data`` fed in pieces, cut at ``cuts`` (each modulo its length)."""
+    prev = 0
+    for cut in sorted({c % (len(data) + 1) for c in cuts}) + [len(data)]:
+        yield from parser.feed(data[prev:cut])
+        prev = cut
+
+
 def parse(
     lane_on: bool, data: bytes, cuts: list[int], runs: bool = True
 ) -> tuple[list[Any], str | None, list[Any], int]:
@@ -112,18 +121,15 @@ def parse(
     msgs: list[Any] = []
     runs: list[Any] = []
     error = None
-    prev = 0
     try:
-        for cut in sorted({c % (len(data) + 1) for c in cuts}) + [len(data)]:
-            for e in parser.feed(data[prev:cut]):
-                if isinstance(e, MsgsReceived):
-                    msgs.extend(_key(m) for m in e.msgs)
-                    assert e.size == sum(m.size for m in e.msgs)
-                    if e.cursors is not None:
-                        runs.append((e.msgs, e.cursors))
-                elif isinstance(e, MsgReceived):
-                    msgs.append(_key(e))
-            prev = cut
+        for e in feed_in_pieces(parser, data, cuts):
+            if isinstance(e, MsgsReceived):
+                msgs.extend(_key(m) for m in e.msgs)
+                assert e.size == sum(m.size for m in e.msgs)
+                if e.cursors is not None:
+                    runs.append((e.msgs, e.cursors))
+            elif isinstance(e, MsgReceived):
+                msgs.append(_key(e))
     except RemoteProtocolError as exc:
         error = str(exc)
     return msgs, error, runs, lane.delivery_read
