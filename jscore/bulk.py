@@ -198,10 +198,12 @@ class DeliveryColumns:
         colon = buf.find(b":", first)
         head = buf[first : colon + 1] + b" "
         a = np.frombuffer(buf, np.uint8)
+        value_at = at["block_at"] + _FIRST_LINE + len(head)
+        if (value_at >= at["payload_at"] - 4).any():  # (a block too short to hold the head and a value)
+            return None
         rows = a[(at["block_at"] + _FIRST_LINE)[:, None] + np.arange(len(head))[None, :]]
         if not (rows == np.frombuffer(head, np.uint8)).all():
             return None
-        value_at = at["block_at"] + _FIRST_LINE + len(head)
         starts = a[value_at]
         if ((starts == 32) | (starts == 9)).any():
             return None
@@ -346,6 +348,8 @@ def read_deliveries(
     lf = nl[at_nl[: len(c)]]
     cr = lf - 1
     sp = np.flatnonzero(view == 32) + pos
+    if len(sp) < 4:  # (fewer than a frame's control line holds)
+        return None
     last = np.searchsorted(sp, cr) - 1  # (the control line's last space)
     ok = (a[cr] == 13) & (last >= 1)
     last = np.where(ok, last, 1)

@@ -147,6 +147,9 @@ def _subjects(*subjects: bytes) -> bytes:
         _subjects(b"s.x", b"s.y", b"", b"s.z"),
         _subjects(b"s.x", b"s\x01y", b"s.z"),
         _subjects(b"s.x", "ü.y".encode(), b"s.z"),
+        # (the last block shorter than the first one's key: the one-key headers column declines)
+        b"".join(delivery(s, headed=True, payload=b"p") for s in (1, 2))
+        + hmsg(f"$JS.ACK.S.OC_x_1.1.3.3.{_STAMP}.0", b"NATS/1.0\r\nK:v\r\n\r\n", b""),
         # (a payload over the limit, then one at it: the frame-by-frame reading's error)
         delivery(1, headed=True, payload=b"a") + delivery(2, headed=True, payload=b"x" * ((1 << 16) + PAYLOAD_MARGIN)),
         delivery(1, headed=False, payload=b"a") + delivery(2, headed=False, payload=b"x" * ((1 << 16) + PAYLOAD_MARGIN + 1)),
@@ -154,6 +157,7 @@ def _subjects(*subjects: bytes) -> bytes:
     ],
     ids=[
         "two-heads-in-one-block", "rest-in-block", "empty-subject", "control-char-subject", "non-ascii-subject",
+        "short-last-block",
         "hmsg-over-max", "msg-over-max", "control-line-too-long",
     ],
 )
