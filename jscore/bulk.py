@@ -45,8 +45,9 @@ _np: Any = None
 _pa: Any = None
 
 
-def _load() -> bool:
-    """Import NumPy and PyArrow once; False if that fails."""
+def load() -> bool:
+    """Import NumPy and PyArrow once (a reader about to arm a subscription for columns calls it
+    first, so that the connection does not import them while it reads); False if that fails."""
     global _np, _pa
     if _np is None:
         try:
@@ -58,10 +59,6 @@ def _load() -> bool:
     return True
 
 _MAX_REPAIRS: Final = 64  # lines in payloads that look like frames dropped per bulk read, at most
-
-MIN_RUN: Final = 64
-"""A bulk read of fewer deliveries than this cost more than it saved: the delivery lane tries
-only a few of those per buffer (each scans the rest of the buffer)."""
 
 MIN_BYTES: Final = 32 * 1024
 """The delivery lane reads in bulk from a buffer with at least this many bytes left: below it the
@@ -79,13 +76,15 @@ class Patterns(NamedTuple):
     """The frame-by-frame reading's patterns, as :func:`read_deliveries` uses them: ``hmsg`` and
     ``msg`` match a whole frame's head at a position (``re.Pattern.match``); ``hmsg_rests`` and
     ``msg_rests`` are :func:`run_matcher` of what follows an ack subject's delivery count;
-    ``subjects`` the ``fullmatch`` of subjects joined (one or more characters each)."""
+    ``subjects`` the ``fullmatch`` of subjects joined (one or more characters each);
+    ``consumer_name`` the consumer's name of its bytes (the parser's bounded cache)."""
 
     hmsg: Callable[[bytes, int], Any]
     msg: Callable[[bytes, int], Any]
     hmsg_rests: Callable[[bytes], object]
     msg_rests: Callable[[bytes], object]
     subjects: Callable[[bytes], object]
+    consumer_name: Callable[[bytes], str]
 
 
 class DeliveryColumns:
@@ -310,20 +309,23 @@ def read_deliveries(
     sids: Mapping[bytes, int],
     max_msg: int,
     max_control_line: int,
-    names: dict[bytes, str],
     patterns: Patterns,
 ) -> DeliveryColumns | None:
     """The run of deliveries at ``pos`` (see the module's doc), or None when there is none to
-    read in bulk there. ``sids`` are the subscriptions armed for it (by their digits); ``names``
-    is the parser's cache of consumer names by their bytes; ``patterns`` the frame-by-frame
-    reading's patterns."""
-    if _np is None and not _load():
-        return None
-    np = _np
-    pa = _pa
+    read in bulk there. ``sids`` are the subscriptions armed for it (by their digits);
+    ``patterns`` the frame-by-frame reading's patterns."""
     headed = buf.startswith(b"HMSG ", pos)
     if not headed and not buf.startswith(b"MSG ", pos):
         return None
+    # The first frame, matched whole: a delivery of a subscription armed for columns, or none.
+    first = (patterns.hmsg if headed else patterns.msg)(buf, pos)
+    if first is None:
+        return None
+    sid = sids.get(first.group(2))
+    if sid is None or (_np is None and not load()):
+        return None
+    np = _np
+    pa = _pa
     head = b"HMSG " if headed else b"MSG "
     hl = len(head)
     n = len(buf)
@@ -418,17 +420,11 @@ def read_deliveries(
         s1, s2, s3, at_dot = s1[:k], s2[:k], s3[:k], at_dot[:k]
         if headed:
             hdr = hdr[:k]
-    sid_b = buf[int(s1[0]) + 1 : int(s2[0])]
-    sid = sids.get(sid_b)
-    if sid is None:
-        return None
     # 3. Each frame as the frame-by-frame reading matches it: the first in full; then, as they
     # all hold the first one's sid and ack subject up to the delivery count, each one's subject
     # and what follows that count (each piece of the pattern ends at a delimiter it cannot hold,
     # as for the frame-by-frame reading's own frames that start alike).
     heads_end = lf + 1 + hdr[:k] if headed else lf + 1
-    if (patterns.hmsg if headed else patterns.msg)(buf, pos) is None:
-        return None
     subject_at = c + hl
     if not (s1 > subject_at).all():
         return None
@@ -453,11 +449,7 @@ def read_deliveries(
         one_line = False
     # 4. The numbers; the rest is taken out when asked for.
     nums_at = at_dot[:k]
-    name_start = int(dots[int(nums_at[0]) - 6]) + 1
-    raw_name = buf[name_start : int(d_count[0])]
-    name = names.get(raw_name)
-    if name is None:
-        name = names[raw_name] = raw_name.decode()  # (printable ASCII: matched)
+    name = patterns.consumer_name(first.group(4))
     sizes = total + (s1 - subject_at) + (s3 - s2 - 1)
     return DeliveryColumns(
         buf=buf,

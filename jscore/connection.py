@@ -1092,8 +1092,10 @@ class Connection:
                 events.append(frame)
                 continue  # (a message changes no state: the check below is for the other frames)
             elif frame.__class__ is MsgsReceived or frame.__class__ is AcksReceived or frame.__class__ is DirectRepliesReceived:
-                count = (len(frame.msgs) if isinstance(frame, MsgsReceived)
-                         else len(frame.acks) if isinstance(frame, AcksReceived) else len(frame.replies))
+                if isinstance(frame, MsgsReceived):  # (a run read in bulk has its messages as columns)
+                    count = len(frame.msgs) if frame.columns is None else frame.columns.count
+                else:
+                    count = len(frame.acks) if isinstance(frame, AcksReceived) else len(frame.replies)
                 stats.msgs_in += count
                 stats.bytes_in += frame.size
                 sub = subs.get(frame.sid)

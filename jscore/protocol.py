@@ -347,7 +347,7 @@ _DELIVERY_HMSG_SIZES: Final = (
 _DELIVERY_MSG_SIZE: Final = rb" ([0-9]{1,10})\r\n"
 _DELIVERY_HMSG: Final = re.compile(rb"HMSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_HMSG_SIZES).match
 _DELIVERY_MSG: Final = re.compile(rb"MSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_MSG_SIZE).match
-_BULK_TRIES: Final = 4  # bulk reads of deliveries per buffer that may read less than bulk.MIN_RUN
+_BULK_TRIES: Final = 2  # bulk reads of deliveries per buffer that may read less than a quarter of what they scan
 _DELIVERY_HMSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_HMSG_SIZES).match
 _DELIVERY_MSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_MSG_SIZE).match
 _BULK_PATTERNS: Final = bulk.Patterns(
@@ -356,6 +356,7 @@ _BULK_PATTERNS: Final = bulk.Patterns(
     hmsg_rests=bulk.run_matcher(_DELIVERY_NUMS + _DELIVERY_HMSG_SIZES),
     msg_rests=bulk.run_matcher(_DELIVERY_NUMS + _DELIVERY_MSG_SIZE),
     subjects=re.compile(rb"[!-~]+").fullmatch,  # (as the frame's subject group)
+    consumer_name=lambda raw: _consumer_cache.get(raw) or _consumer_name(raw),
 )
 # The rest of a run's MSG frame that starts as the one before it did, up to its ack subject's
 # numbers (see Parser._parse): those numbers (no white space, so the general way's split gives the
@@ -363,6 +364,14 @@ _BULK_PATTERNS: Final = bulk.Patterns(
 _RUN_REST: Final = re.compile(rb"([0-9.]{1,100}) ([0-9]{1,10})\r\n").match
 _consumer_cache: dict[bytes, str] = {}
 """Consumer names of deliveries read in the :class:`AckLane` (printable ASCII, checked by its match)."""
+
+
+def _consumer_name(raw: bytes) -> str:
+    """A consumer name the lane's match checked, decoded and kept in the (bounded) cache."""
+    if len(_consumer_cache) >= _SUBJECT_CACHE_LIMIT:
+        _consumer_cache.clear()
+    name = _consumer_cache[raw] = raw.decode()
+    return name
 
 _sid_cache: dict[bytes, int] = {}
 """The sids seen, as the digits arrive: a dict hit costs less than checking and converting."""
@@ -566,9 +575,12 @@ class Parser:
         plen = reply_at = subject_len = 0
         subject = name = ""
         if lane.column_sids and self._bulk_left > 0 and n - pos >= lane.bulk_min:
-            got = bulk.read_deliveries(buf, pos, lane.column_sids, max_msg, MAX_CONTROL_LINE, names, _BULK_PATTERNS)
-            if got is None or got.count < bulk.MIN_RUN:
-                self._bulk_left -= 1  # (a bulk read scans what is left: a few short ones, then no more)
+            got = bulk.read_deliveries(buf, pos, lane.column_sids, max_msg, MAX_CONTROL_LINE, _BULK_PATTERNS)
+            if got is None or 4 * (got.end - pos) < n - pos:
+                # (a bulk read scans all that is left: one that reads less than a quarter of it
+                # costs about what it saves, and after two of those this buffer is read frame by
+                # frame)
+                self._bulk_left -= 1
             if got is not None:
                 lane.delivery_read += got.count
                 lane.bulk_read += got.count
@@ -608,11 +620,7 @@ class Parser:
                 known = subjects.get(subject_b)
                 subject = known if known is not None else _decode_subject(subject_b)
                 known = names.get(name_b)
-                if known is None:
-                    if len(names) >= _SUBJECT_CACHE_LIMIT:
-                        names.clear()
-                    known = names[name_b] = name_b.decode()
-                name = known
+                name = known if known is not None else _consumer_name(name_b)
                 subject_len = len(subject_b)
                 if same:
                     if prefix:  # (this frame started otherwise than the one before it: no more looking)

@@ -33,6 +33,7 @@ from jscore.headers import Headers, bulk_headers
 from jscore.jsmsg import parse_ack_subject
 from jscore.machine import MachineFailed, Stop
 from jscore.models import DeliverPolicy
+from jscore import bulk
 from jscore.ordered import (
     OrderedColumnsDelivered,
     OrderedConsumerOptions,
@@ -291,6 +292,8 @@ class OrderedConsumer:
         return self._fetch(opts, records=True, columns=columns)
 
     def _fetch(self, opts: P.FetchOptions, *, records: bool, columns: bool = False) -> tuple[list[Any], int | None]:
+        if columns:
+            bulk.load()  # (here, not on the I/O thread under the client's lock: an import takes a while)
         op = self._start(opts, collect=True, records=records, columns=columns)
         try:
             deadline = op.machine.deadline

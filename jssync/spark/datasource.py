@@ -980,11 +980,18 @@ def _rebatch(made: list[Any], rows: int, schema: Any) -> tuple[list[Any], list[A
     """The record batches ``made`` (in order) as batches of ``rows`` rows, and what is left: ``(full batches, the rest as a list, its rows)``."""
     import pyarrow as pa
 
-    whole = made[0] if len(made) == 1 else pa.Table.from_batches(made, schema=schema).combine_chunks().to_batches()[0]
-    n = whole.num_rows
-    full = [whole.slice(start, rows) for start in range(0, n - rows + 1, rows)]
-    done = len(full) * rows
-    return full, ([whole.slice(done)] if done < n else []), n - done
+    whole = pa.Table.from_batches(made, schema=schema)
+    return _cut(whole.combine_chunks() if len(made) > 1 else whole, rows)
+
+
+def _cut(table: Any, rows: int) -> tuple[list[Any], list[Any], int]:
+    """``table``'s rows as record batches of ``rows`` rows, and the rest: ``(full batches, the
+    rest as batches, its rows)``. A column Arrow keeps in several chunks (combining them stops
+    short of 2 GiB) makes a slice several batches, each within ``rows``."""
+    n = table.num_rows
+    done = n - n % rows
+    full = [b for start in range(0, done, rows) for b in table.slice(start, rows).to_batches()]
+    return full, (table.slice(done).to_batches() if done < n else []), n - done
 
 
 def _spark_type(t: Any) -> Any:

@@ -178,3 +178,61 @@ def test_lines_in_payloads_that_look_like_frames_do_not_end_a_bulk_read() -> Non
     msgs, cursors, error, read, in_bulk = parse(True, data, [])
     assert error is None and read == in_bulk == 400
     assert parse(False, data, [])[:4] == (msgs, cursors, error, read)
+
+
+def test_a_run_read_in_bulk_counts_in_the_connections_stats() -> None:
+    """The connection counts a run read in bulk as its messages (``stats.msgs_in``, the
+    subscription's delivered count), as it counts the same run read frame by frame."""
+    from tests.core.test_session_settle import connected
+
+    data = b"".join(delivery(s, headed=True, payload=b"p%d" % s) for s in range(1, 300))
+    counted = []
+    for columns in (False, True):
+        s = connected()
+        conn = s.conn
+        sid = conn.subscribe("_INBOX.bulk.*")
+        conn.arm_runs(sid, cursors=True, columns=columns)
+        conn._lane.bulk_min = 0
+        before = (conn.stats.msgs_in, conn.stats.bytes_in)
+        conn.receive_data(data.replace(b" 13 ", b" %d " % sid), 1.0)
+        runs = []
+        while (e := conn.next_event()) is not None:
+            if isinstance(e, MsgsReceived):
+                runs.append(e)
+        assert runs and (runs[0].columns is not None) is columns
+        counted.append((conn.stats.msgs_in - before[0], conn.stats.bytes_in - before[1], conn._subs[sid].delivered))
+    assert counted[0] == counted[1] and counted[0][0] == 299
+
+
+def test_a_buffer_of_short_runs_is_soon_read_frame_by_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each bulk read scans what is left of the buffer: after two that read less than a quarter
+    of it, the rest of the buffer is read frame by frame (with the same result)."""
+    from jscore import protocol
+
+    calls = []
+    real = bulk.read_deliveries
+
+    def counted(*args: Any) -> Any:
+        got = real(*args)
+        calls.append(0 if got is None else got.count)
+        return got
+
+    data = b"".join(delivery(s, headed=(s - 1) // 65 % 2 == 0, payload=b"p") for s in range(1, 12 * 65 + 1))
+    monkeypatch.setattr(protocol.bulk, "read_deliveries", counted)
+    got = parse(True, data, [])
+    assert calls == [65, 65] and got[4] == 130
+    monkeypatch.undo()
+    assert parse(False, data, [])[:4] == got[:4]
+
+
+def test_deliveries_of_a_subscription_not_armed_for_columns_cost_no_bulk_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With another subscription armed for columns, a run of one that is not is matched once,
+    its sid looked up, and read frame by frame: no array is made, nothing is imported."""
+    lane = AckLane("_INBOX.x")
+    lane.arm_runs(SID, cursors=True)
+    lane.arm_runs(SID + 1, cursors=True, columns=True)
+    lane.bulk_min = 0
+    monkeypatch.setattr(bulk, "_np", None)
+    monkeypatch.setattr(bulk, "load", lambda: pytest.fail("imported for a subscription without columns"))
+    events = Parser(max_payload=1 << 16, lane=lane).feed(b"".join(delivery(s, headed=True, payload=b"p") for s in range(1, 50)))
+    assert [len(e.msgs) for e in events] == [49] and lane.bulk_read == 0

@@ -711,3 +711,29 @@ def test_arrow_read_of_runs_read_in_bulk_is_the_read_one_by_one(
     # A range that ends inside a run read in bulk keeps the rows up to its end.
     part = list(dsmod.read_range_arrow(config, ropts, SeqRange(0, 1, 2345)))
     assert [r["seq"] for b in part for r in b.to_pylist()] == list(range(1, 2346))
+
+
+def test_rebatch_keeps_every_row_in_order_in_batches_of_at_most_rows() -> None:
+    """The Arrow reader's batches of ``rows`` rows out of runs of any size, the rest held back:
+    every row once, in order, also when a column stays in several chunks (as Arrow leaves a
+    binary column past 2 GiB when it combines chunks)."""
+    import pyarrow as pa
+
+    schema = pa.schema([("seq", pa.int64()), ("data", pa.binary())])
+
+    def batch(seqs: range) -> Any:
+        return pa.RecordBatch.from_arrays([pa.array(seqs, pa.int64()), pa.array([b"x"] * len(seqs))], schema=schema)
+
+    for sizes, rows in (([5], 4), ([3, 4, 1], 4), ([4], 4), ([1, 1, 1], 8), ([10, 7], 3)):
+        made, at = [], 0
+        for size in sizes:
+            made.append(batch(range(at, at + size)))
+            at += size
+        full, rest, left = dsmod._rebatch(made, rows, schema)
+        assert all(b.num_rows == rows for b in full) and left == sum(b.num_rows for b in rest) == at % rows
+        assert [s for b in full + rest for s in b.column(0).to_pylist()] == list(range(at))
+
+    chunked = pa.Table.from_batches([batch(range(0, 3)), batch(range(3, 7))])  # (two chunks a column)
+    full, rest, left = dsmod._cut(chunked, 5)
+    assert [s for b in full + rest for s in b.column(0).to_pylist()] == list(range(7)) and left == 2
+    assert [b.num_rows for b in full + rest] == [3, 2, 2]
