@@ -1,29 +1,34 @@
 """The delivery lane's bulk reader: a run of JetStream deliveries read from a buffer with a few
-array operations, instead of a regular expression match and a dozen steps per frame.
+array operations, as columns, instead of a regular expression match and a dozen steps and
+objects per frame.
 
 :meth:`jscore.protocol.Parser._delivery_run` reads a run of deliveries on an ordered consumer's
-inbox frame by frame. When a large buffer holds many of them, :func:`read_deliveries` reads the
-longest run at its start that the frame-by-frame reading would take in one go, and gives what
-that reading gives for it: the same :class:`~jscore.protocol.MsgReceived` for each frame, the
-same ack cursors and the same sizes. How:
+inbox frame by frame. On a subscription armed for columns (the Spark reader's), when a large
+buffer holds many small deliveries, :func:`read_deliveries` reads the longest run at its start
+that the frame-by-frame reading would take, as a :class:`DeliveryColumns`: positions in the
+buffer and the ack numbers, from which :meth:`DeliveryColumns.messages` gives what that reading
+gives (the same :class:`~jscore.protocol.MsgReceived` for each frame, the same ack cursors and
+sizes) and the column methods give Arrow arrays without an object per frame. How:
 
-1. Where frames may start (a line starting ``HMSG `` or ``MSG ``, as the first frame does), where
+1. The first frame is matched whole by the frame-by-frame reading's pattern; its sid must be
+   armed for columns and its size at most :data:`MAX_FRAME`.
+2. Where frames may start (a line starting ``HMSG `` or ``MSG ``, as the first frame does), where
    their control lines end and the sizes those lines give are found with NumPy over the whole
    buffer. A frame belongs to the run while it ends, by its size, exactly where the next one
-   starts, with CR LF after its payload; a line in a payload that looks like a frame breaks that
-   chain and ends the run there, so a payload is never read as frames.
-2. The run's frames must have the first one's sid and ack subject up to the delivery count (the
+   starts, with CR LF after its payload. A line in a payload that looks like a frame breaks that
+   chain; when the frame before it ends where a later line starts, the lines between are dropped
+   (they are inside that frame) and the chain goes on. A payload is never read as frames.
+3. The run's frames must have the first one's sid and ack subject up to the delivery count (the
    same consumer); the first that does not ends the run.
-3. Their control lines and header blocks, joined, must match the frame-by-frame reading's own
-   pattern once per frame (one ``fullmatch`` of the repeated pattern). Each header block must end
-   where its header size says: it ends with its only empty line. Sizes, the control line's length
-   and ``max_payload`` are checked as the frame-by-frame reading checks them.
-4. The numbers, the payloads and the texts are taken out with array operations.
+4. Their subjects, joined, and what follows each one's delivery count (numbers, sizes, header
+   block), joined, must match the frame-by-frame reading's patterns for those pieces once per
+   frame. Each header block must hold exactly one empty line, at its end. Sizes, the control
+   line's length and ``max_payload`` are checked as the frame-by-frame reading checks them.
 
-Anything else (a frame that does not match, or too few frames to be worth it) gives None or a
-shorter run, and the frame-by-frame reading goes on from there: it meets what does not match and
-raises what it raises. This module needs NumPy and PyArrow (the Spark extra installs them): when
-either is missing, :data:`AVAILABLE` is False and the lane reads frame by frame. Neither does I/O.
+Anything else gives None or a shorter run, and the frame-by-frame reading goes on from there: it
+meets what does not match and raises what it raises. This module needs NumPy and PyArrow (the
+Spark extra installs them): when either is missing, :data:`AVAILABLE` is False and the lane reads
+frame by frame. Neither does I/O.
 """
 
 from __future__ import annotations
@@ -38,27 +43,37 @@ from .headers import checked_block_headers
 
 AVAILABLE: Final = find_spec("numpy") is not None and find_spec("pyarrow") is not None
 """True when NumPy and PyArrow are installed: the delivery lane may read in bulk. They are
-imported on the first bulk read, not before (a program that never reads a large run of
-deliveries does not pay for importing them)."""
+imported by :func:`load`, which a reader calls before it arms a subscription for columns (a
+program that never does, does not pay for importing them)."""
 
 _np: Any = None
 _pa: Any = None
 
 
+_failed = False
+
+
 def load() -> bool:
     """Import NumPy and PyArrow once (a reader about to arm a subscription for columns calls it
-    first, so that the connection does not import them while it reads); False if that fails."""
-    global _np, _pa
-    if _np is None:
+    first, so that the connection does not import them while it reads); False if that fails
+    (and then at once, without trying again)."""
+    global _np, _pa, _failed
+    if _np is None and not _failed:
         try:
             import numpy
             import pyarrow  # type: ignore[import-untyped]
         except ImportError:
+            _failed = True
             return False
         _np, _pa = numpy, pyarrow
-    return True
+    return _np is not None
 
 _MAX_REPAIRS: Final = 64  # lines in payloads that look like frames dropped per bulk read, at most
+
+MAX_FRAME: Final = 384
+"""A run whose first delivery holds more than this many bytes (headers and payload) is read
+frame by frame: a bulk read scans every byte of the buffer, and with fewer, larger frames that
+costs more than it saves (about even at 512 bytes)."""
 
 MIN_BYTES: Final = 32 * 1024
 """The delivery lane reads in bulk from a buffer with at least this many bytes left: below it the
@@ -303,6 +318,43 @@ def _joined(data: Any, starts: Any, stops: Any) -> bytes:
     return memoryview(taken.buffers()[2])[:size].tobytes()
 
 
+class Scan:
+    """Where a buffer's line feeds, spaces and dots are (NumPy arrays of positions), found once
+    for every bulk read in that buffer: a bulk read that stops early costs the next one no
+    second scan."""
+
+    __slots__ = ("buf", "a", "_found")
+
+    _BYTES: Final = {"nl": 10, "sp": 32, "dots": 46}
+
+    def __init__(self, buf: bytes) -> None:
+        if _np is None and not load():
+            raise RuntimeError("NumPy and PyArrow are needed to read deliveries in bulk")
+        self.buf = buf
+        self.a = _np.frombuffer(buf, _np.uint8)
+        self._found: dict[str | bytes, Any] = {}
+
+    def after(self, what: str | bytes, pos: int) -> Any:
+        """The positions of ``what`` from ``pos`` on: line feeds (``"nl"``), spaces (``"sp"``),
+        dots (``"dots"``), or (bytes) the starts of lines that start with it."""
+        found = self._found.get(what)
+        if found is None:
+            if isinstance(what, bytes):
+                a = self.a
+                starts = _np.empty(len(self.after("nl", 0)) + 1, _np.int64)
+                starts[0] = 0
+                starts[1:] = self.after("nl", 0) + 1
+                starts = starts[starts + len(what) <= len(a)]
+                maybe = _np.ones(len(starts), bool)
+                for j, byte in enumerate(what):
+                    maybe &= a[starts + j] == byte
+                found = starts[maybe]
+            else:
+                found = _np.flatnonzero(self.a == self._BYTES[what])
+            self._found[what] = found
+        return found[int(_np.searchsorted(found, pos)) :]
+
+
 def read_deliveries(
     buf: bytes,
     pos: int,
@@ -310,6 +362,8 @@ def read_deliveries(
     max_msg: int,
     max_control_line: int,
     patterns: Patterns,
+    scan: Scan | None = None,
+    window: int = 1 << 20,
 ) -> DeliveryColumns | None:
     """The run of deliveries at ``pos`` (see the module's doc), or None when there is none to
     read in bulk there. ``sids`` are the subscriptions armed for it (by their digits);
@@ -322,34 +376,31 @@ def read_deliveries(
     if first is None:
         return None
     sid = sids.get(first.group(2))
-    if sid is None or (_np is None and not load()):
+    if sid is None or int(first.group(9 if headed else 8)) > MAX_FRAME or (_np is None and not load()):
         return None
     np = _np
     pa = _pa
     head = b"HMSG " if headed else b"MSG "
     hl = len(head)
     n = len(buf)
-    a = np.frombuffer(buf, np.uint8)
-    view = a[pos:]
-    nl = np.flatnonzero(view == 10) + pos
+    if scan is None or scan.buf is not buf:
+        scan = Scan(buf)
+    a = scan.a
+    nl = scan.after("nl", pos)
     if not len(nl):
         return None
-    # 1. Where frames may start, and the chain of frames that end where the next one starts.
-    starts = np.empty(len(nl) + 1, np.int64)
-    starts[0] = pos
-    starts[1:] = nl + 1
-    starts = starts[starts + hl <= n]
-    maybe = np.ones(len(starts), bool)
-    for j, byte in enumerate(head):
-        maybe &= a[starts + j] == byte
-    c = starts[maybe]  # (c[0] is pos)
+    # 1. Where frames may start (at most ``window`` of them), and the chain of frames that end
+    # where the next one starts.
+    c = scan.after(head, pos)[:window]
+    if not len(c) or c[0] != pos:
+        return None
     at_nl = np.searchsorted(nl, c)
     c = c[at_nl < len(nl)]
     if not len(c):
         return None
     lf = nl[at_nl[: len(c)]]
     cr = lf - 1
-    sp = np.flatnonzero(view == 32) + pos
+    sp = scan.after("sp", pos)
     if len(sp) < 4:  # (fewer than a frame's control line holds)
         return None
     last = np.searchsorted(sp, cr) - 1  # (the control line's last space)
@@ -400,7 +451,7 @@ def read_deliveries(
     if first_sp[-1] + 2 >= len(sp):
         return None
     s1, s2, s3 = sp[first_sp], sp[first_sp + 1], sp[first_sp + 2]
-    dots = np.flatnonzero(view == 46) + pos
+    dots = scan.after("dots", pos)
     at_dot = np.searchsorted(dots, s3)
     if int(at_dot.min()) < 5:
         return None

@@ -225,7 +225,7 @@ class AckLane:
     """
 
     __slots__ = ("heads", "match", "sids", "read", "runs", "direct_heads", "direct_head", "direct_match",
-                 "direct_sids", "direct_read", "_heads", "deliveries", "delivery_sids", "delivery_read", "column_sids", "bulk_min", "bulk_read")
+                 "direct_sids", "direct_read", "_heads", "deliveries", "delivery_sids", "delivery_read", "column_sids", "columns", "bulk_min", "bulk_read")
 
     def __init__(self, inbox_prefix: str) -> None:
         prefix = inbox_prefix.encode()
@@ -257,6 +257,7 @@ class AckLane:
         # Deliveries read in bulk, as columns (jscore.bulk), on these sids (a subset of the
         # delivery sids), from a buffer with at least bulk_min bytes left.
         self.column_sids: dict[bytes, int] = {}
+        self.columns: set[int] = set()  # (the same sids)
         self.bulk_min = bulk.MIN_BYTES
         self.bulk_read = 0  # deliveries read in bulk so far
 
@@ -278,6 +279,7 @@ class AckLane:
             self.delivery_sids[str(sid).encode()] = sid
             if columns and bulk.AVAILABLE:
                 self.column_sids[str(sid).encode()] = sid
+                self.columns.add(sid)
 
     def arm_direct(self, sid: int, inbox: str) -> None:
         """Read the direct get replies of subscription ``sid`` to ``inbox`` in
@@ -291,6 +293,7 @@ class AckLane:
         self.deliveries.discard(sid)
         self.delivery_sids.pop(str(sid).encode(), None)
         self.column_sids.pop(str(sid).encode(), None)
+        self.columns.discard(sid)
         self.direct_sids.pop(str(sid).encode(), None)
         if self.direct_head.pop(sid, None) is not None:
             self.direct_heads = tuple(self.direct_head.values())
@@ -347,7 +350,11 @@ _DELIVERY_HMSG_SIZES: Final = (
 _DELIVERY_MSG_SIZE: Final = rb" ([0-9]{1,10})\r\n"
 _DELIVERY_HMSG: Final = re.compile(rb"HMSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_HMSG_SIZES).match
 _DELIVERY_MSG: Final = re.compile(rb"MSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_MSG_SIZE).match
-_BULK_TRIES: Final = 2  # bulk reads of deliveries per buffer that may read less than a quarter of what they scan
+_BULK_TRIES: Final = 2  # bulk reads of deliveries in a row that may read fewer than _BULK_SHORT
+_BULK_SHORT: Final = 128  # (a bulk read costs about 0.2 ms however few it reads: about what 128 frames save)
+_BULK_WINDOW_MIN: Final = 256  # frames a bulk read looks at, at least and at most
+_BULK_WINDOW_MAX: Final = 8192
+_BULK_REST: Final = 16  # buffers then read frame by frame before a bulk read is tried again
 _DELIVERY_HMSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_HMSG_SIZES).match
 _DELIVERY_MSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_MSG_SIZE).match
 _BULK_PATTERNS: Final = bulk.Patterns(
@@ -401,7 +408,8 @@ class Parser:
     buffered. Buffered bytes never exceed the control-line cap plus the largest accepted message.
     """
 
-    __slots__ = ("_buf", "_chunks", "_have", "_need", "_max_msg", "_error", "_lane", "_bulk_left")
+    __slots__ = ("_buf", "_chunks", "_have", "_need", "_max_msg", "_error", "_lane", "_bulk_left", "_bulk_rest",
+                 "_bulk_scan", "_bulk_window")
 
     def __init__(self, max_payload: int = DEFAULT_MAX_PAYLOAD, lane: AckLane | None = None) -> None:
         self._lane = lane
@@ -411,7 +419,10 @@ class Parser:
         self._need = 0  # bytes needed before parsing can make progress (0: unknown)
         self._max_msg = max_payload + PAYLOAD_MARGIN
         self._error: RemoteProtocolError | None = None
-        self._bulk_left = 0  # bulk reads the delivery lane may still try in this buffer
+        self._bulk_left = _BULK_TRIES  # bulk reads of deliveries that may still read little
+        self._bulk_rest = 0  # buffers still to read frame by frame once they did
+        self._bulk_scan: bulk.Scan | None = None  # the bulk reads' scan of the buffer being read
+        self._bulk_window = 512  # frames the next bulk read looks at, at most
 
     @property
     def max_payload(self) -> int:
@@ -548,7 +559,7 @@ class Parser:
             append(DirectRepliesReceived(sids[run_sid], replies, size))
         return pos
 
-    def _delivery_run(self, buf: bytes, pos: int, append: Callable[[ParserEvent], None]) -> int:
+    def _delivery_run(self, buf: bytes, pos: int, append: Callable[[ParserEvent], None], first_sid: int) -> int:
         """Read the run of deliveries at ``pos`` on one subscription armed for them (see
         :class:`AckLane`) into one :class:`MsgsReceived` with cursors; returns where the run ends
         (``pos`` when there is none). While each frame starts as the one before it did (the
@@ -574,13 +585,27 @@ class Parser:
         headed = False
         plen = reply_at = subject_len = 0
         subject = name = ""
-        if lane.column_sids and self._bulk_left > 0 and n - pos >= lane.bulk_min:
-            got = bulk.read_deliveries(buf, pos, lane.column_sids, max_msg, MAX_CONTROL_LINE, _BULK_PATTERNS)
-            if got is None or 4 * (got.end - pos) < n - pos:
-                # (a bulk read scans all that is left: one that reads less than a quarter of it
-                # costs about what it saves, and after two of those this buffer is read frame by
-                # frame)
+        if first_sid in lane.columns and self._bulk_left > 0 and n - pos >= lane.bulk_min:
+            scan = self._bulk_scan
+            if scan is None or scan.buf is not buf:
+                scan = self._bulk_scan = bulk.Scan(buf) if bulk.load() else None
+            window = self._bulk_window
+            got = bulk.read_deliveries(
+                buf, pos, lane.column_sids, max_msg, MAX_CONTROL_LINE, _BULK_PATTERNS, scan, window
+            )
+            read = 0 if got is None else got.count
+            # The window follows the runs: four times as wide after a run that filled it, twice
+            # the run after one that did not (a bulk read's work is in proportion to it).
+            self._bulk_window = min(window * 4, _BULK_WINDOW_MAX) if read == window else max(_BULK_WINDOW_MIN, 2 * read)
+            if read < _BULK_SHORT and (got is None or n - got.end >= lane.bulk_min):
+                # A bulk read of few deliveries, not cut short by the buffer's end, costs more than
+                # it saves: after two in a row, the next _BULK_REST buffers are read frame by
+                # frame, then one is tried again.
                 self._bulk_left -= 1
+                if self._bulk_left <= 0:
+                    self._bulk_rest = _BULK_REST
+            else:
+                self._bulk_left = _BULK_TRIES
             if got is not None:
                 lane.delivery_read += got.count
                 lane.bulk_read += got.count
@@ -665,7 +690,11 @@ class Parser:
         self._need = 0
 
     def _parse(self, buf: bytes) -> tuple[list[ParserEvent], int]:
-        self._bulk_left = _BULK_TRIES
+        self._bulk_scan = None
+        if self._bulk_left <= 0:
+            self._bulk_rest -= 1
+            if self._bulk_rest <= 0:
+                self._bulk_left = 1  # (a bulk read tried again)
         events: list[ParserEvent] = []
         append = events.append
         pos = 0
@@ -743,7 +772,7 @@ class Parser:
                 sid = sids.get(sid_b)
                 if sid is None:
                     sid = _decode_sid(sid_b, "MSG")
-                if deliveries and sid in deliveries and (after := self._delivery_run(buf, pos, append)) != pos:
+                if deliveries and sid in deliveries and (after := self._delivery_run(buf, pos, append, sid)) != pos:
                     pos, run = after, None  # (the delivery lane read this frame and those after it)
                     continue
                 start = end + 2
@@ -792,7 +821,7 @@ class Parser:
                 sid = sids.get(sid_b)
                 if sid is None:
                     sid = _decode_sid(sid_b, "HMSG")
-                if deliveries and sid in deliveries and (after := self._delivery_run(buf, pos, append)) != pos:
+                if deliveries and sid in deliveries and (after := self._delivery_run(buf, pos, append, sid)) != pos:
                     pos, run = after, None  # (the delivery lane read this frame and those after it)
                     continue
                 start = end + 2

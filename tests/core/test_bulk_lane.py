@@ -205,8 +205,8 @@ def test_a_run_read_in_bulk_counts_in_the_connections_stats() -> None:
 
 
 def test_a_buffer_of_short_runs_is_soon_read_frame_by_frame(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each bulk read scans what is left of the buffer: after two that read less than a quarter
-    of it, the rest of the buffer is read frame by frame (with the same result)."""
+    """A bulk read has a fixed cost: after two in a row that read fewer than 128 deliveries, the
+    rest of the buffer is read frame by frame (with the same result)."""
     from jscore import protocol
 
     calls = []
@@ -217,10 +217,10 @@ def test_a_buffer_of_short_runs_is_soon_read_frame_by_frame(monkeypatch: pytest.
         calls.append(0 if got is None else got.count)
         return got
 
-    data = b"".join(delivery(s, headed=(s - 1) // 65 % 2 == 0, payload=b"p") for s in range(1, 12 * 65 + 1))
+    data = b"".join(delivery(s, headed=(s - 1) // 20 % 2 == 0, payload=b"p") for s in range(1, 12 * 20 + 1))
     monkeypatch.setattr(protocol.bulk, "read_deliveries", counted)
     got = parse(True, data, [])
-    assert calls == [65, 65] and got[4] == 130
+    assert calls == [20, 20] and got[4] == 40
     monkeypatch.undo()
     assert parse(False, data, [])[:4] == got[:4]
 
@@ -236,3 +236,40 @@ def test_deliveries_of_a_subscription_not_armed_for_columns_cost_no_bulk_read(mo
     monkeypatch.setattr(bulk, "load", lambda: pytest.fail("imported for a subscription without columns"))
     events = Parser(max_payload=1 << 16, lane=lane).feed(b"".join(delivery(s, headed=True, payload=b"p") for s in range(1, 50)))
     assert [len(e.msgs) for e in events] == [49] and lane.bulk_read == 0
+
+
+def test_runs_of_large_deliveries_are_read_frame_by_frame() -> None:
+    """A bulk read scans every byte of the buffer: for a run whose first delivery is larger than
+    bulk.MAX_FRAME it costs more than it saves, and the lane reads it frame by frame."""
+    data = b"".join(delivery(s, headed=True, payload=b"x" * bulk.MAX_FRAME) for s in range(1, 60))
+    got = parse(True, data, [])
+    assert got[3] == 59 and got[4] == 0
+    small = b"".join(delivery(s, headed=True, payload=b"x" * (bulk.MAX_FRAME - 60)) for s in range(1, 60))
+    assert parse(True, small, [])[4] == 59
+
+
+def test_after_two_short_bulk_reads_a_parser_rests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two bulk reads in a row of fewer than 128 deliveries: the next 16 buffers are read frame
+    by frame, then one bulk read is tried again."""
+    from jscore import protocol
+
+    per_feed: list[int] = []
+    real = bulk.read_deliveries
+
+    def counted(*args: Any) -> Any:
+        per_feed[-1] += 1
+        return real(*args)
+
+    monkeypatch.setattr(protocol.bulk, "read_deliveries", counted)
+    lane = AckLane("_INBOX.x")
+    lane.arm_runs(SID, cursors=True, columns=True)
+    lane.bulk_min = 0
+    parser = Parser(max_payload=1 << 16, lane=lane)
+    for feed in range(20):
+        base = feed * 12 * 20
+        data = b"".join(
+            delivery(base + s, headed=(s - 1) // 20 % 2 == 0, payload=b"p") for s in range(1, 12 * 20 + 1)
+        )
+        per_feed.append(0)
+        assert sum(len(e.msgs) or e.columns.count for e in parser.feed(data)) == 12 * 20
+    assert per_feed == [2] + [0] * 15 + [1] + [0] * 3

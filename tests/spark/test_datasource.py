@@ -680,7 +680,7 @@ def test_arrow_read_of_runs_read_in_bulk_is_the_read_one_by_one(
     for i in range(n):
         subject = f"{names.subject}.{'a' if i % 50 else 'b'}"
         payload = (b"\r\nHMSG x 1 r 5 5\r\n" if i % 97 == 0 else b"") + b"p" * (i % 200)
-        if i % 400 == 399:
+        if i % 1000 == 999:
             js.publish_async(subject, payload)  # (no headers: MSG)
         elif i % 300 == 7:
             js.publish_async(subject, payload, headers={"K": "v 1", "Other": "x\ty"}, msg_id=f"m-{i}")
@@ -707,7 +707,7 @@ def test_arrow_read_of_runs_read_in_bulk_is_the_read_one_by_one(
     ]
     assert len(rows) == n
     assert rows == list(read_range(config, ropts, SeqRange(0, 1, n)))
-    assert rows[399][2] is None and rows[7][2] == {"Nats-Msg-Id": ["m-7"], "K": ["v 1"], "Other": ["x\ty"]}
+    assert rows[999][2] is None and rows[7][2] == {"Nats-Msg-Id": ["m-7"], "K": ["v 1"], "Other": ["x\ty"]}
     # A range that ends inside a run read in bulk keeps the rows up to its end.
     part = list(dsmod.read_range_arrow(config, ropts, SeqRange(0, 1, 2345)))
     assert [r["seq"] for b in part for r in b.to_pylist()] == list(range(1, 2346))
