@@ -352,9 +352,8 @@ _DELIVERY_HMSG: Final = re.compile(rb"HMSG " + _DELIVERY_HEAD + _DELIVERY_NUMS +
 _DELIVERY_MSG: Final = re.compile(rb"MSG " + _DELIVERY_HEAD + _DELIVERY_NUMS + rb")" + _DELIVERY_MSG_SIZE).match
 _BULK_TRIES: Final = 2  # bulk reads of deliveries in a row that may read fewer than _BULK_SHORT
 _BULK_SHORT: Final = 128  # (a bulk read costs about 0.2 ms however few it reads: about what 128 frames save)
-_BULK_WINDOW_MIN: Final = 256  # frames a bulk read looks at, at least and at most
-_BULK_WINDOW_MAX: Final = 8192
-_BULK_REST: Final = 16  # buffers then read frame by frame before a bulk read is tried again
+_BULK_WINDOW_MAX: Final = 8192  # frames a bulk read looks at, at most
+_BULK_REST: Final = 64  # buffers then read frame by frame before a bulk read is tried again
 _DELIVERY_HMSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_HMSG_SIZES).match
 _DELIVERY_MSG_REST: Final = re.compile(_DELIVERY_NUMS + _DELIVERY_MSG_SIZE).match
 _BULK_PATTERNS: Final = bulk.Patterns(
@@ -419,10 +418,10 @@ class Parser:
         self._need = 0  # bytes needed before parsing can make progress (0: unknown)
         self._max_msg = max_payload + PAYLOAD_MARGIN
         self._error: RemoteProtocolError | None = None
-        self._bulk_left = _BULK_TRIES  # bulk reads of deliveries that may still read little
+        self._bulk_left = 1  # bulk reads of deliveries that may still read little (at first one: a probe)
         self._bulk_rest = 0  # buffers still to read frame by frame once they did
         self._bulk_scan: bulk.Scan | None = None  # the bulk reads' scan of the buffer being read
-        self._bulk_window = 512  # frames the next bulk read looks at, at most
+        self._bulk_window = 256  # frames the next bulk read looks at, at most
 
     @property
     def max_payload(self) -> int:
@@ -594,13 +593,14 @@ class Parser:
                 buf, pos, lane.column_sids, max_msg, MAX_CONTROL_LINE, _BULK_PATTERNS, scan, window
             )
             read = 0 if got is None else got.count
-            # The window follows the runs: four times as wide after a run that filled it, twice
-            # the run after one that did not (a bulk read's work is in proportion to it).
-            self._bulk_window = min(window * 4, _BULK_WINDOW_MAX) if read == window else max(_BULK_WINDOW_MIN, 2 * read)
+            # The window grows with the runs: four times as wide after a run that filled it (a
+            # bulk read's work is in proportion to it; runs that stay short rest the reader).
+            if read == window:
+                self._bulk_window = min(window * 4, _BULK_WINDOW_MAX)
             if read < _BULK_SHORT and (got is None or n - got.end >= lane.bulk_min):
                 # A bulk read of few deliveries, not cut short by the buffer's end, costs more than
-                # it saves: after two in a row, the next _BULK_REST buffers are read frame by
-                # frame, then one is tried again.
+                # it saves: after the first, or two in a row after a long one, the next _BULK_REST
+                # buffers are read frame by frame, then one is tried again.
                 self._bulk_left -= 1
                 if self._bulk_left <= 0:
                     self._bulk_rest = _BULK_REST

@@ -698,7 +698,7 @@ def test_arrow_read_of_runs_read_in_bulk_is_the_read_one_by_one(
     monkeypatch.setattr(proto.bulk, "read_deliveries", counted)
     config, ropts = NatsConfig(servers=(nats_url,)), ReadOptions(stream=names.stream)
     batches = list(dsmod.read_range_arrow(config, ropts, SeqRange(0, 1, n)))
-    assert sum(read_in_bulk) >= n // 2, read_in_bulk
+    assert sum(read_in_bulk) >= n // 4, read_in_bulk  # (runs that break rest the bulk reader a while)
     assert all(b.num_rows <= dsmod.ARROW_BATCH_ROWS for b in batches)
     rows = [
         (r["subject"], r["data"], None if r["headers"] is None else dict(r["headers"]), r["stream"], r["seq"], r["timestamp"])
