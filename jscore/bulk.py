@@ -34,7 +34,7 @@ frame by frame. Neither does I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from importlib.util import find_spec
 from itertools import repeat
 from typing import Any, Final, NamedTuple
@@ -48,8 +48,6 @@ program that never does, does not pay for importing them)."""
 
 _np: Any = None
 _pa: Any = None
-
-
 _failed = False
 
 
@@ -67,6 +65,7 @@ def load() -> bool:
             return False
         _np, _pa = numpy, pyarrow
     return _np is not None
+
 
 _MAX_REPAIRS: Final = 64  # lines in payloads that look like frames dropped per bulk read, at most
 
@@ -314,8 +313,7 @@ def _joined(data: Any, starts: Any, stops: Any) -> bytes:
     """The slices ``[starts[i]:stops[i]]`` of ``data`` (a PyArrow buffer), in order and apart,
     joined (one copy, in C)."""
     taken = _slices(data, starts, stops, _pa.large_binary())
-    size = int(stops[-1] - starts[-1]) if len(starts) == 1 else int((stops - starts).sum())
-    return memoryview(taken.buffers()[2])[:size].tobytes()
+    return memoryview(taken.buffers()[2])[: int((stops - starts).sum())].tobytes()
 
 
 class Scan:
@@ -358,7 +356,7 @@ class Scan:
 def read_deliveries(
     buf: bytes,
     pos: int,
-    sids: Mapping[bytes, int],
+    sid: int,
     max_msg: int,
     max_control_line: int,
     patterns: Patterns,
@@ -366,7 +364,7 @@ def read_deliveries(
     window: int = 1 << 20,
 ) -> DeliveryColumns | None:
     """The run of deliveries at ``pos`` (see the module's doc), or None when there is none to
-    read in bulk there. ``sids`` are the subscriptions armed for it (by their digits);
+    read in bulk there. ``sid`` is the subscription of the frame at ``pos``, armed for it;
     ``patterns`` the frame-by-frame reading's patterns."""
     headed = buf.startswith(b"HMSG ", pos)
     if not headed and not buf.startswith(b"MSG ", pos):
@@ -375,8 +373,7 @@ def read_deliveries(
     first = (patterns.hmsg if headed else patterns.msg)(buf, pos)
     if first is None:
         return None
-    sid = sids.get(first.group(2))
-    if sid is None or int(first.group(9 if headed else 8)) > MAX_FRAME or (_np is None and not load()):
+    if first.group(2) != b"%d" % sid or int(first.group(9 if headed else 8)) > MAX_FRAME or (_np is None and not load()):
         return None
     np = _np
     pa = _pa

@@ -225,7 +225,7 @@ class AckLane:
     """
 
     __slots__ = ("heads", "match", "sids", "read", "runs", "direct_heads", "direct_head", "direct_match",
-                 "direct_sids", "direct_read", "_heads", "deliveries", "delivery_sids", "delivery_read", "column_sids", "columns", "bulk_min", "bulk_read")
+                 "direct_sids", "direct_read", "_heads", "deliveries", "delivery_sids", "delivery_read", "columns", "bulk_min", "bulk_read")
 
     def __init__(self, inbox_prefix: str) -> None:
         prefix = inbox_prefix.encode()
@@ -256,8 +256,7 @@ class AckLane:
         self.delivery_read = 0  # deliveries read in the lane so far
         # Deliveries read in bulk, as columns (jscore.bulk), on these sids (a subset of the
         # delivery sids), from a buffer with at least bulk_min bytes left.
-        self.column_sids: dict[bytes, int] = {}
-        self.columns: set[int] = set()  # (the same sids)
+        self.columns: set[int] = set()
         self.bulk_min = bulk.MIN_BYTES
         self.bulk_read = 0  # deliveries read in bulk so far
 
@@ -278,7 +277,6 @@ class AckLane:
             self.deliveries.add(sid)
             self.delivery_sids[str(sid).encode()] = sid
             if columns and bulk.AVAILABLE:
-                self.column_sids[str(sid).encode()] = sid
                 self.columns.add(sid)
 
     def arm_direct(self, sid: int, inbox: str) -> None:
@@ -292,7 +290,6 @@ class AckLane:
         self.runs.discard(sid)
         self.deliveries.discard(sid)
         self.delivery_sids.pop(str(sid).encode(), None)
-        self.column_sids.pop(str(sid).encode(), None)
         self.columns.discard(sid)
         self.direct_sids.pop(str(sid).encode(), None)
         if self.direct_head.pop(sid, None) is not None:
@@ -378,6 +375,7 @@ def _consumer_name(raw: bytes) -> str:
         _consumer_cache.clear()
     name = _consumer_cache[raw] = raw.decode()
     return name
+
 
 _sid_cache: dict[bytes, int] = {}
 """The sids seen, as the digits arrive: a dict hit costs less than checking and converting."""
@@ -590,7 +588,7 @@ class Parser:
                 scan = self._bulk_scan = bulk.Scan(buf) if bulk.load() else None
             window = self._bulk_window
             got = bulk.read_deliveries(
-                buf, pos, lane.column_sids, max_msg, MAX_CONTROL_LINE, _BULK_PATTERNS, scan, window
+                buf, pos, first_sid, max_msg, MAX_CONTROL_LINE, _BULK_PATTERNS, scan, window
             )
             read = 0 if got is None else got.count
             # The window grows with the runs: four times as wide after a run that filled it (a
