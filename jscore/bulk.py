@@ -136,7 +136,7 @@ class DeliveryColumns:
         self.seqs = seqs
         self.cseqs = cseqs
         self._stamps = stamps  # (a list, or a PyArrow uint64 array until asked for as one)
-        self._one_line = one_line  # (every header block holds exactly one line)
+        self._one_line = one_line  # (every header block holds exactly one line; False: not known to)
         self._at: dict[str, Any] = at  # (NumPy arrays of positions in buf, and sizes)
 
     @property
@@ -170,6 +170,19 @@ class DeliveryColumns:
             one_line=self._one_line, **at,
         )  # fmt: skip
 
+    def tail(self, k: int) -> DeliveryColumns:
+        """The deliveries after the first ``k`` (0 <= k < count)."""
+        if not 0 <= k < self.count:
+            raise ValueError(f"tail({k}) of {self.count} deliveries")
+        if k == 0:
+            return self
+        at = {key: value[k:] for key, value in self._at.items()}
+        return DeliveryColumns(
+            buf=self.buf, end=self.end, sid=self.sid, headed=self.headed, consumer=self.consumer,
+            seqs=self.seqs[k:], cseqs=self.cseqs[k:], stamps=self.stamp_array().slice(k), size=int(at["sizes"].sum()),
+            one_line=self._one_line, **at,
+        )  # fmt: skip
+
     def subjects(self) -> list[str]:
         """Each delivery's subject."""
         at = self._at
@@ -197,10 +210,10 @@ class DeliveryColumns:
         at = self._at
         return _texts(self.buf, at["block_at"] + _FIRST_LINE, at["payload_at"] - 2)
 
-    def one_key_values(self) -> tuple[str, Any] | None:
+    def one_key_values(self, type_: Any = None) -> tuple[str, Any] | None:
         """When every delivery's headers are one line ``Key: value`` with the same key and a
         value that does not start with white space (a writer's ``Nats-Msg-Id``): the key and
-        the values, as a PyArrow ``large_string`` array (made in C). What
+        the values, as a PyArrow array of ``type_`` (``large_string`` by default; made in C). What
         :func:`jscore.headers.header_columns` gives for :meth:`header_lines` then. Else None."""
         if not self._one_line:
             return None
@@ -220,7 +233,7 @@ class DeliveryColumns:
         starts = a[value_at]
         if ((starts == 32) | (starts == 9)).any():
             return None
-        values = _slices(_pa.py_buffer(buf), value_at, at["payload_at"] - 4, _pa.large_string())
+        values = _slices(_pa.py_buffer(buf), value_at, at["payload_at"] - 4, type_ or _pa.large_string())
         return head[:-2].decode(), values
 
     def replies(self) -> list[str]:
@@ -233,15 +246,15 @@ class DeliveryColumns:
         at = self._at
         return self.buf[int(at["reply_at"][-1]) : int(at["reply_end"][-1])].decode()
 
-    def subject_array(self) -> Any:
-        """The subjects as a PyArrow ``large_string`` array (made in C)."""
+    def subject_array(self, type_: Any = None) -> Any:
+        """The subjects as a PyArrow array of ``type_`` (``large_string`` by default; made in C)."""
         at = self._at
-        return _slices(_pa.py_buffer(self.buf), at["subject_at"], at["subject_end"], _pa.large_string())
+        return _slices(_pa.py_buffer(self.buf), at["subject_at"], at["subject_end"], type_ or _pa.large_string())
 
-    def payload_array(self) -> Any:
-        """The payloads as a PyArrow ``large_binary`` array (made in C)."""
+    def payload_array(self, type_: Any = None) -> Any:
+        """The payloads as a PyArrow array of ``type_`` (``large_binary`` by default; made in C)."""
         at = self._at
-        return _slices(_pa.py_buffer(self.buf), at["payload_at"], at["payload_end"], _pa.large_binary())
+        return _slices(_pa.py_buffer(self.buf), at["payload_at"], at["payload_end"], type_ or _pa.large_binary())
 
     def messages(self, msg_type: Any) -> tuple[list[Any], list[tuple[str, int, int, int]]]:
         """The deliveries as the frame-by-frame reading gives them: a ``msg_type``
@@ -259,6 +272,40 @@ class DeliveryColumns:
 
 
 _FIRST_LINE: Final = len("NATS/1.0\r\n")
+
+
+def joined(runs: list[DeliveryColumns]) -> DeliveryColumns:
+    """Runs read in bulk (one or more, of one consumer, all HMSG or all MSG), as one: their
+    frames' bytes copied into one buffer (one copy, in C) and their positions moved to it, so
+    that a reader makes its columns once for them all rather than once a run. The sid is the
+    first run's (a reader's pulls are each a subscription of its own)."""
+    if len(runs) == 1:
+        return runs[0]
+    first = runs[0]
+    if any(r.headed is not first.headed or r.consumer != first.consumer for r in runs):
+        raise ValueError("only runs of one consumer, all HMSG or all MSG, are joined")
+    np = _np
+    pieces: list[memoryview] = []
+    moved: dict[str, list[Any]] = {key: [] for key in first._at}
+    base = 0
+    for r in runs:
+        lo = int(r._at["subject_at"][0])
+        pieces.append(memoryview(r.buf)[lo : r.end])
+        shift = base - lo
+        for key, value in r._at.items():
+            moved[key].append(value if key == "sizes" else value + shift)
+        base += r.end - lo
+    stamps = [r._stamps for r in runs]
+    return DeliveryColumns(
+        buf=b"".join(pieces), end=base, sid=first.sid, headed=first.headed, consumer=first.consumer,
+        seqs=[s for r in runs for s in r.seqs], cseqs=[s for r in runs for s in r.cseqs],
+        stamps=(
+            [s for part in stamps for s in part] if all(part.__class__ is list for part in stamps)
+            else _pa.concat_arrays([r.stamp_array() for r in runs])
+        ),
+        size=sum(r.size for r in runs), one_line=all(r._one_line for r in runs),
+        **{key: np.concatenate(parts) for key, parts in moved.items()},
+    )  # fmt: skip
 
 
 def _numbers(a: Any, start: Any, stop: Any, width: int) -> tuple[Any, Any]:
@@ -287,11 +334,14 @@ def _checked_numbers(data: Any, starts: Any, stops: Any) -> Any:
 
 def _slices(data: Any, starts: Any, stops: Any, type_: Any) -> Any:
     """The slices ``[starts[i]:stops[i]]`` of ``data`` (a PyArrow buffer), in order and apart,
-    as an array of ``type_``."""
+    as an array of ``type_`` (a string or binary type, large or not)."""
     np = _np
     pa = _pa
     k = len(starts)
-    offsets = np.empty(2 * k + 1, np.int64)
+    small = type_ in (pa.string(), pa.binary())  # (32-bit offsets)
+    if small and data.size >= 2**31:
+        return _slices(data, starts, stops, pa.large_string() if type_ == pa.string() else pa.large_binary()).cast(type_)
+    offsets = np.empty(2 * k + 1, np.int32 if small else np.int64)
     offsets[0:-1:2] = starts
     offsets[1:-1:2] = stops
     offsets[-1] = stops[-1]
@@ -457,9 +507,12 @@ def read_deliveries(
     if same_len <= 0:
         return None
     alike = d_count - s1 == same_len
-    span = np.arange(same_len + 1)
-    rows = a[np.where(alike, s1, s1[0])[:, None] + span[None, :]]
-    alike &= (rows == rows[0]).all(axis=1)
+    starts = np.where(alike, s1, s1[0])
+    data = pa.py_buffer(buf)
+    prefixes = _joined(data, starts, starts + same_len + 1)
+    if prefixes != prefixes[: same_len + 1] * len(starts):  # (else all alike: one comparison)
+        rows = np.frombuffer(prefixes, np.uint8).reshape(len(starts), same_len + 1)
+        alike &= (rows == rows[0]).all(axis=1)
     if not alike.all():
         k = int(np.argmin(alike))
         if k == 0:
@@ -476,7 +529,6 @@ def read_deliveries(
     subject_at = c + hl
     if not (s1 > subject_at).all():
         return None
-    data = pa.py_buffer(buf)
     if k > 1 and patterns.subjects(_joined(data, subject_at, s1)) is None:
         return None
     rests = _joined(data, d_count[:k] + 1, heads_end)
@@ -496,7 +548,9 @@ def read_deliveries(
     else:
         one_line = False
     # 4. The numbers; the rest is taken out when asked for.
-    nums_at = at_dot[:k]
+    # (the stream sequence, consumer sequence and time stamp of each, in one cast)
+    nums_dots = dots[at_dot[:k, None] - np.arange(4, 0, -1)[None, :]]
+    nums = _checked_numbers(data, (nums_dots[:, :3] + 1).ravel(), nums_dots[:, 1:].ravel()).to_numpy().reshape(k, 3)
     name = patterns.consumer_name(first.group(4))
     sizes = total + (s1 - subject_at) + (s3 - s2 - 1)
     return DeliveryColumns(
@@ -505,9 +559,9 @@ def read_deliveries(
         sid=sid,
         headed=headed,
         consumer=name,
-        seqs=_checked_numbers(data, dots[nums_at - 4] + 1, dots[nums_at - 3]).to_numpy().tolist(),
-        cseqs=_checked_numbers(data, dots[nums_at - 3] + 1, dots[nums_at - 2]).to_numpy().tolist(),
-        stamps=_checked_numbers(data, dots[nums_at - 2] + 1, dots[nums_at - 1]),
+        seqs=nums[:, 0].tolist(),
+        cseqs=nums[:, 1].tolist(),
+        stamps=pa.array(nums[:, 2]),
         subject_at=subject_at,
         subject_end=s1,
         reply_at=s2 + 1,

@@ -33,6 +33,7 @@ Options are strings (Kafka connector style), validated on the driver; every erro
 from __future__ import annotations
 
 import array
+import functools
 import hashlib
 import itertools
 import json
@@ -64,6 +65,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
         "pip install -e '.[spark]' (in the jssync checkout)"
     ) from _exc
 
+from jscore import bulk
 from jscore import directget as DG
 from jscore.bulk import DeliveryColumns
 from jscore.errors import InvalidOptionError, JetStreamError, MsgNotFoundError, NatsError, NoMessagesError
@@ -740,8 +742,10 @@ def _one_key_headers_array(key: str, values: Any, type_: Any) -> Any:
     return pa.MapArray.from_arrays(ones, key_array, lists, type=type_)
 
 
+@functools.lru_cache(maxsize=8)
 def _count_up(n: int) -> Any:
-    """The Arrow int32 array ``0, 1, ..., n`` (the offsets of ``n`` items of one each), built in C."""
+    """The Arrow int32 array ``0, 1, ..., n`` (the offsets of ``n`` items of one each), built in C
+    (and kept for the next batch of as many rows: Arrow arrays do not change)."""
     import pyarrow as pa
 
     if array.array("i").itemsize != 4:  # (a C int of another size: element by element)
@@ -924,13 +928,13 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
         )  # fmt: skip
 
     def bulk_batch(run: DeliveryColumns) -> Any:
-        one = run.one_key_values()
+        one = run.one_key_values(pa.string())
         if one is not None:
             headers = _one_key_headers_array(one[0], one[1], types[2])
         else:
             lines = run.header_lines()
             headers = _headers_array([None] * run.count if lines is None else lines, types[2])
-        subjects, datas = run.subject_array().cast(types[0]), run.payload_array().cast(types[1])
+        subjects, datas = run.subject_array(types[0]), run.payload_array(types[1])
         return columns_batch(subjects, datas, headers, run.seqs, _ns_stamp_array(run.stamp_array(), types[5]))
 
     def columns_batch(subjects: Any, datas: Any, headers: Any, seqs: list[int], stamps: Any) -> Any:
@@ -944,9 +948,19 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
+    # Runs read in bulk are joined (bulk.joined) and made into columns once for a batch's rows,
+    # not once a run: a run is a socket read's worth (some hundreds of rows), and each column
+    # costs a few Arrow calls whatever its length.
     made: list[Any] = []  # record batches not handed over yet, fewer than ``rows`` rows in all
-    count = 0
-    held: list[Record] = []
+    count = 0  # rows in made, held and runs
+    held: list[Record] = []  # record tuples after made, not made yet
+    runs: list[DeliveryColumns] = []  # runs after made (of one consumer, all HMSG or all MSG), not made yet
+
+    def make_runs() -> None:
+        if runs:
+            made.append(bulk_batch(bulk.joined(runs)))
+            runs.clear()
+
     batches = _range_batches(config, ropts, part, columns=True)
     try:
         for items in batches:
@@ -955,21 +969,39 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
                     if held:
                         made.append(batch(held))
                         held = []
-                    made.append(bulk_batch(item))
+                    if runs and (runs[0].headed is not item.headed or runs[0].consumer != item.consumer):
+                        make_runs()
+                    runs.append(item)
                     count += item.count
                 else:
+                    make_runs()
                     held.append(item)
                     count += 1
-            if count >= rows:
-                if held:
-                    made.append(batch(held))
-                    held = []
-                full, made, count = _rebatch(made, rows, schema)
-                yield from full
+            if count < rows:
+                continue
+            if runs and not made and not held:  # (only runs: batches of ``rows`` rows from them joined)
+                run = bulk.joined(runs)
+                runs.clear()
+                while run.count >= rows:
+                    yield bulk_batch(run.head(rows))
+                    if run.count == rows:
+                        break
+                    run = run.tail(rows)
+                else:
+                    runs.append(run)
+                count = sum(r.count for r in runs)
+                continue
+            if held:
+                made.append(batch(held))
+                held = []
+            make_runs()
+            full, made, count = _rebatch(made, rows, schema)
+            yield from full
     finally:
         batches.close()
     if held:
         made.append(batch(held))
+    make_runs()
     if made:
         full, rest, _ = _rebatch(made, rows, schema)
         yield from full

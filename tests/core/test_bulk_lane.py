@@ -6,6 +6,7 @@ same order, with the same error; and the columns agree with those messages."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -81,8 +82,10 @@ def parse(columns: bool, data: bytes, cuts: list[int]) -> tuple[list[Any], list[
     return msgs, cursors, error, lane.delivery_read, lane.bulk_read
 
 
-def check_columns(cols: bulk.DeliveryColumns, msgs: list[MsgReceived], cursors: list[Any]) -> None:
-    """The columns say what the messages and cursors say."""
+def check_columns(cols: bulk.DeliveryColumns, msgs: list[MsgReceived], cursors: list[Any], *, part: bool = False) -> None:
+    """The columns say what the messages and cursors say. (Of a ``part`` of a run, cut from it,
+    the header values may be taken one by one: whether each block holds one line is known for
+    the run, not for each part.)"""
     assert cols.count == len(msgs) >= 1
     assert cols.subjects() == [m.subject for m in msgs]
     assert cols.payloads() == [m.data for m in msgs]
@@ -95,7 +98,7 @@ def check_columns(cols: bulk.DeliveryColumns, msgs: list[MsgReceived], cursors: 
         lines = cols.header_lines()
         assert lines is not None
         assert header_columns(lines) == ([1] * cols.count, [one[0]] * cols.count, None, one[1].to_pylist())
-    elif cols.headed and all(
+    elif not part and cols.headed and all(
         m.headers is not None and m.headers._block.startswith("NATS/1.0\r\nNats-Msg-Id: w-") and m.headers._block.count("\r\n") == 3
         for m in msgs
     ):
@@ -114,6 +117,65 @@ def test_columns_give_what_the_frame_by_frame_lane_gives(data: bytes, cuts: list
     in_bulk = parse(True, data, cuts)
     assert in_bulk[:4] == by_frame[:4]
     assert by_frame[4] == 0
+
+
+def column_runs(data: bytes, cuts: list[int]) -> list[tuple[bulk.DeliveryColumns, list[Any], list[Any]]]:
+    """The runs read in bulk from ``data`` fed in pieces, each with its messages and cursors."""
+    lane = AckLane("_INBOX.x")
+    lane.arm_runs(SID, cursors=True, columns=True)
+    lane.bulk_min = 0
+    parser = Parser(max_payload=1 << 16, lane=lane)
+    out = []
+    try:
+        for e in feed_in_pieces(parser, data, cuts):
+            if isinstance(e, MsgsReceived) and e.columns is not None:
+                out.append((e.columns, *e.columns.messages(MsgReceived)))
+    except RemoteProtocolError:
+        pass
+    return out
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    scripts=st.lists(long_script(), min_size=1, max_size=4),
+    cuts=st.lists(st.integers(min_value=0, max_value=1 << 14), max_size=2),
+    split=st.integers(min_value=0, max_value=1 << 10),
+)
+def test_runs_joined_and_cut_say_what_their_messages_say(scripts: list[bytes], cuts: list[int], split: int) -> None:
+    """Runs of one kind, from one buffer or several, joined (a reader makes its columns once
+    for them) are one run of their messages in order; cut anywhere, its head and tail are the
+    two parts."""
+    runs = [run for data in scripts for run in column_runs(data, cuts)]
+    for kind in ({True, False}, {"OC_x_1", "OC_x_2"}):
+        if len({r[0].headed if True in kind else r[0].consumer for r in runs}) == 2:
+            with pytest.raises(ValueError):
+                bulk.joined([r[0] for r in runs])
+    for headed, consumer in itertools.product((True, False), ("OC_x_1", "OC_x_2")):
+        alike = [r for r in runs if r[0].headed is headed and r[0].consumer == consumer]
+        if not alike:
+            continue
+        one = bulk.joined([r[0] for r in alike])
+        msgs = [m for r in alike for m in r[1]]
+        cursors = [c for r in alike for c in r[2]]
+        check_columns(one, msgs, cursors)
+        assert one.size == sum(m.size for m in msgs)
+        assert one.end == len(one.buf) or len(alike) == 1
+        k = split % one.count
+        if k:
+            head, tail = one.head(k), one.tail(k)
+            check_columns(head, msgs[:k], cursors[:k], part=True)
+            check_columns(tail, msgs[k:], cursors[k:], part=True)
+            assert head.size + tail.size == one.size
+
+
+def test_a_run_cut_where_it_cannot_be_is_refused() -> None:
+    runs = column_runs(b"".join(delivery(s, headed=True, payload=b"p%d" % s) for s in range(1, 6)), [])
+    assert len(runs) == 1 and runs[0][0].count == 5
+    run = runs[0][0]
+    for k in (-1, 5, 6):
+        with pytest.raises(ValueError):
+            run.tail(k)
+    assert run.tail(0) is run and run.tail(4).payloads() == [b"p5"]
 
 
 def _two_in_one() -> bytes:
