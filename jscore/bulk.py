@@ -367,13 +367,13 @@ def _joined(data: Any, starts: Any, stops: Any) -> bytes:
 
 
 class Scan:
-    """Where a buffer's line feeds, spaces and dots are (NumPy arrays of positions), found once
+    """Where a buffer's line feeds and spaces are (NumPy arrays of positions), found once
     for every bulk read in that buffer: a bulk read that stops early costs the next one no
     second scan."""
 
     __slots__ = ("buf", "a", "_found")
 
-    _BYTES: Final = {"nl": 10, "sp": 32, "dots": 46}
+    _BYTES: Final = {"nl": 10, "sp": 32}
 
     def __init__(self, buf: bytes) -> None:
         if _np is None and not load():
@@ -384,7 +384,7 @@ class Scan:
 
     def after(self, what: str | bytes, pos: int) -> Any:
         """The positions of ``what`` from ``pos`` on: line feeds (``"nl"``), spaces (``"sp"``),
-        dots (``"dots"``), or (bytes) the starts of lines that start with it."""
+        or (bytes) the starts of lines that start with it."""
         found = self._found.get(what)
         if found is None:
             if isinstance(what, bytes):
@@ -455,16 +455,19 @@ def read_deliveries(
     last = np.where(ok, last, 1)
     s_last = sp[last]
     ok &= s_last > c + hl
-    total, good = _numbers(a, s_last + 1, cr, 10)
-    ok &= good
-    total = np.where(ok, total, 0).astype(np.int64)
-    if headed:
+    if headed:  # (both sizes read at once)
         s_hdr = sp[last - 1]
-        ok &= s_hdr > c + hl
-        hdr, good = _numbers(a, s_hdr + 1, s_last, 7)
-        ok &= good
-        hdr = np.where(ok, hdr, 0).astype(np.int64)
+        ok &= (s_hdr > c + hl) & (s_last - s_hdr - 1 <= 7)
+        m = len(c)
+        sizes, good = _numbers(a, np.concatenate((s_last + 1, s_hdr + 1)), np.concatenate((cr, s_last)), 10)
+        ok &= good[:m] & good[m:]
+        total = np.where(ok, sizes[:m], 0).astype(np.int64)
+        hdr = np.where(ok, sizes[m:], 0).astype(np.int64)
         ok &= hdr <= total
+    else:
+        total, good = _numbers(a, s_last + 1, cr, 10)
+        ok &= good
+        total = np.where(ok, total, 0).astype(np.int64)
     ok &= (total <= max_msg) & (cr - c <= max_control_line)
     end = lf + 1 + total + 2
     ok &= end <= n
@@ -498,15 +501,9 @@ def read_deliveries(
     if first_sp[-1] + 2 >= len(sp):
         return None
     s1, s2, s3 = sp[first_sp], sp[first_sp + 1], sp[first_sp + 2]
-    dots = scan.after("dots", pos)
-    at_dot = np.searchsorted(dots, s3)
-    if int(at_dot.min()) < 5:
-        return None
-    d_count = dots[at_dot - 5]  # (the dot after the consumer's name)
-    same_len = int(d_count[0] - s1[0])
-    if same_len <= 0:
-        return None
-    alike = d_count - s1 == same_len
+    same_len = first.end(4) - first.end(1)  # (from the subject's end to the dot after the consumer's name)
+    d_count = s1 + same_len  # (that dot, in a frame that starts alike; the match of its rest checks it)
+    alike = d_count < s3
     starts = np.where(alike, s1, s1[0])
     data = pa.py_buffer(buf)
     prefixes = _joined(data, starts, starts + same_len + 1)
@@ -518,7 +515,7 @@ def read_deliveries(
         if k == 0:
             return None
         c, lf, cr, total, end = c[:k], lf[:k], cr[:k], total[:k], end[:k]
-        s1, s2, s3, at_dot = s1[:k], s2[:k], s3[:k], at_dot[:k]
+        s1, s2, s3 = s1[:k], s2[:k], s3[:k]
         if headed:
             hdr = hdr[:k]
     # 3. Each frame as the frame-by-frame reading matches it: the first in full; then, as they
@@ -532,8 +529,8 @@ def read_deliveries(
     if k > 1 and patterns.subjects(_joined(data, subject_at, s1)) is None:
         return None
     rests = _joined(data, d_count[:k] + 1, heads_end)
+    r = np.frombuffer(rests, np.uint8)
     if headed:
-        r = np.frombuffer(rests, np.uint8)
         crlf = (r[:-1] == 13) & (r[1:] == 10)
         blank = heads_end - 4
         if not ((a[blank] == 13) & (a[blank + 1] == 10) & (a[blank + 2] == 13) & (a[blank + 3] == 10)).all():
@@ -548,9 +545,14 @@ def read_deliveries(
     else:
         one_line = False
     # 4. The numbers; the rest is taken out when asked for.
-    # (the stream sequence, consumer sequence and time stamp of each, in one cast)
-    nums_dots = dots[at_dot[:k, None] - np.arange(4, 0, -1)[None, :]]
-    nums = _checked_numbers(data, (nums_dots[:, :3] + 1).ravel(), nums_dots[:, 1:].ravel()).to_numpy().reshape(k, 3)
+    # The stream sequence, consumer sequence and time stamp of each, in one cast: each rest
+    # starts with the ack subject's five numbers (matched), so its first four dots part them.
+    lens = heads_end - d_count[:k] - 1
+    rest_at = np.zeros(k, np.int64)
+    np.cumsum(lens[:-1], out=rest_at[1:])
+    dots = np.flatnonzero(r == 46)
+    nums_dots = dots[np.searchsorted(dots, rest_at)[:, None] + np.arange(4)[None, :]]
+    nums = _checked_numbers(pa.py_buffer(rests), (nums_dots[:, :3] + 1).ravel(), nums_dots[:, 1:].ravel()).to_numpy().reshape(k, 3)
     name = patterns.consumer_name(first.group(4))
     sizes = total + (s1 - subject_at) + (s3 - s2 - 1)
     return DeliveryColumns(
