@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Where a Spark batch read's CPU goes: rows/s of ``spark.read.format("jetstream").count()`` and
-the CPU per row of each process (nats-server, the Spark JVM, the PySpark Python workers), for one
+the CPU per row of each process (nats-server, the Spark JVM and of it its JIT compiler's threads,
+the PySpark Python workers), for one
 or more source trees in turn, against a running server. Also, with ``--outside``, the read task's
 own work without Spark (``read_partition`` of the whole stream in this process: rows/s and CPU
 per row of this process, both threads).
@@ -52,6 +53,15 @@ def _cpu_by_kind(me: int) -> dict[str, float]:
         )  # fmt: skip
         if kind is not None:
             out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        if kind == "jvm":  # (of it, the JIT compiler's threads: a query's code compiled, not its rows)
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    name = Path(f"/proc/{pid}/task/{tid}/comm").read_text()
+                    task = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if "CompilerThre" in name:
+                    out["jit"] = out.get("jit", 0.0) + (int(task[11]) + int(task[12])) / tick
     return out
 
 

@@ -282,13 +282,20 @@ class OrderedConsumer:
         return out
 
     def _fetch_records(
-        self, max_messages: int, *, no_wait: bool = False, expires: float | None = 30.0, columns: bool = False
+        self,
+        max_messages: int,
+        *,
+        no_wait: bool = False,
+        expires: float | None = 30.0,
+        columns: bool = False,
+        max_bytes: int | None = None,
     ) -> tuple[list[Any], int | None]:
         """:meth:`fetch` for a bulk reader (the Spark source): the messages as :data:`Record`
         tuples, no :class:`JsMsg` each, and the last one's pending count (None: none came).
         With ``columns``, runs the connection read in bulk come as they are, a
-        :class:`jscore.bulk.DeliveryColumns` each, among the tuples."""
-        opts = P.resolve_fetch_options(max_messages=max_messages, expires=expires, no_wait=no_wait)
+        :class:`jscore.bulk.DeliveryColumns` each, among the tuples. With ``max_bytes`` too, the
+        pull also stops at that many bytes (the server honours both)."""
+        opts = P.resolve_fetch_options(max_messages=max_messages, max_bytes=max_bytes, expires=expires, no_wait=no_wait)
         return self._fetch(opts, records=True, columns=columns)
 
     def _fetch(self, opts: P.FetchOptions, *, records: bool, columns: bool = False) -> tuple[list[Any], int | None]:

@@ -306,6 +306,26 @@ def test_a_read_stopped_early_deletes_its_ordered_consumer_at_once(js: Any, name
         assert keep
 
 
+def test_a_read_tasks_pulls_stop_at_their_byte_limit_and_a_larger_message_is_still_read(js: Any, names: Any) -> None:
+    """Pulls with a byte limit (a read task's, when fetchBatchSize is not set) take the stream
+    in several pulls, in order; a message over the limit ends the pulls with it empty, and it
+    is read by a pull without the limit, not taken for the end of the stream."""
+    js.create_stream(name=names.stream, subjects=[f"{names.subject}.>"])
+    sizes = [100] * 30 + [5000] + [100] * 9
+    for i, size in enumerate(sizes):
+        js.publish(f"{names.subject}.x", bytes([65 + i % 26]) * size, headers={"Nats-Msg-Id": f"m{i}"})
+    pulls = list(dsmod._iter_ordered(js, names.stream, (), 1, len(sizes), 1000, records=True, max_bytes=2000))
+    got = [r for pull in pulls for r in pull]
+    assert [r[3] for r in got] == list(range(1, len(sizes) + 1))
+    assert [len(r[1]) for r in got] == sizes
+    assert len(pulls) >= 3, "2000 bytes a pull: several pulls"
+    limited = [pull for pull in pulls if all(len(r[1]) == 100 for r in pull)]
+    assert len(limited) >= 2 and all(sum(len(r[1]) for r in pull) <= 2000 for pull in limited)
+    assert dsmod.read_fetch_bytes(1 << 20) == dsmod.READ_FETCH_BYTES
+    assert dsmod.read_fetch_bytes(64 << 20) == 128 << 20, "any one message fits a pull"
+    assert list(js.stream(names.stream).consumer_names()) == []
+
+
 def test_direct_get_option_needs_a_stream_that_allows_them(ds_spark: Any, nats_url: str, js: Any, names: Any) -> None:
     js.create_stream(name=names.stream, subjects=[f"{names.subject}.>"])
     js.publish(f"{names.subject}.x", b"m")
