@@ -1119,7 +1119,7 @@ class OrderedMachine:
             or self._finished
             or not isinstance(inner, FetchMachine)
             or columns.consumer != self.state.name
-            or not inner.takes_counted(columns.count)
+            or not inner.takes_counted(columns.count, columns.size)
             or not self.state.in_order(columns.seqs, columns.cseqs)
         ):
             return False

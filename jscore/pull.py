@@ -1130,15 +1130,17 @@ class FetchMachine(_Machine):
             self._broken = exc
             raise
 
-    def takes_counted(self, count: int) -> bool:
-        """Whether :meth:`receive_counted` takes a run of ``count`` user messages: the fetch is
-        going, counts no bytes, tracks no pin, and they fit in its batch."""
+    def takes_counted(self, count: int, size: int = 0) -> bool:
+        """Whether :meth:`receive_counted` takes a run of ``count`` user messages of ``size``
+        bytes: the fetch is going, tracks no pin, and they fit in its batch and stay under its
+        byte limit (if it has one: none of them ends the fetch by its bytes)."""
+        opts = self.options
         return (
             self._broken is None
             and self.state is not _FINISHED
-            and not self.options.max_bytes
+            and (not opts.max_bytes or self.delivered_bytes + size < opts.max_bytes)
             and not self._track_pin
-            and self.delivered + count <= self.options.batch
+            and self.delivered + count <= opts.batch
         )
 
     def receive_counted(self, count: int, size: int, now: float) -> None:
@@ -1146,7 +1148,7 @@ class FetchMachine(_Machine):
         :meth:`takes_counted`, handed over by the caller itself: the accounting of
         :meth:`receive_msgs` for them (the fetch ends when they complete its batch), without a
         :class:`MessagesDelivered`."""
-        if not self.takes_counted(count) or count < 1:
+        if not self.takes_counted(count, size) or count < 1:
             raise LocalProtocolError(f"a run of {count} message(s) the fetch does not take as counted")
         try:
             self._last_seen = now
@@ -1174,7 +1176,11 @@ class FetchMachine(_Machine):
             batch = opts.batch
             max_bytes = opts.max_bytes
             run = msgs.msgs
-            if self.delivered + len(run) < batch and not max_bytes and not self._track_pin:
+            if (
+                self.delivered + len(run) < batch
+                and (not max_bytes or self.delivered_bytes + msgs.size < max_bytes)
+                and not self._track_pin
+            ):
                 # The common case: the whole run fits and nothing is checked per message.
                 self.delivered += len(run)
                 self.delivered_bytes += msgs.size

@@ -234,6 +234,8 @@ def _apply(h: H, step: tuple[str, Any], msgs: list[MsgReceived] | None, as_run: 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(max_bytes=0, consume=False, batch=3, steps=[("created", None), ("run", [("next", 10)] * 5)])
+@example(max_bytes=150, consume=False, batch=9, steps=[("created", None), ("run", [("next", 50)] * 3), ("run", [("next", 50)])])
+@example(max_bytes=150, consume=False, batch=9, steps=[("created", None), ("run", [("next", 40)] * 3), ("run", [("next", 40)] * 2)])
 @example(max_bytes=0, consume=False, batch=5, steps=[("created", None), ("run", [("next", 10), ("gap", 10), ("next", 10)])])
 @example(max_bytes=0, consume=True, batch=5, steps=[("created", None), ("run", [("next", 10), ("dup", 10), ("next", 10)]),
                                        ("created", None), ("run", [("next", 10), ("old", 10)])])
