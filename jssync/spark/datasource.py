@@ -173,10 +173,10 @@ DEFAULT_RECORDS_PER_PARTITION: Final = 100_000
 asks for more partitions."""
 
 DEFAULT_FETCH_BATCH: Final = 4096
-"""Messages per no-wait pull of :func:`iter_range` (and of a read task given ``fetchBatchSize``
-no value, see :data:`READ_FETCH_BATCH`): one Arrow batch (:data:`ARROW_BATCH_ROWS`). Each pull is
-a round trip and a fetch's set-up; 4096 rows a pull read 1.2 times the rows per second of 1000
-with 0.4 us less CPU a row."""
+"""Messages per no-wait pull of :func:`iter_range`'s ordered consumer (a read task's pulls are
+:data:`READ_FETCH_BATCH`, or ``fetchBatchSize``). Each pull is a round trip and a fetch's
+set-up; 4096 rows a pull read 1.2 times the rows per second of 1000 with 0.4 us less CPU a
+row."""
 READ_FETCH_BATCH: Final = 16_384
 """Messages per no-wait pull of a read task's ordered consumer when ``fetchBatchSize`` is not
 set, each pull also stopping at :func:`read_fetch_bytes`: between two pulls the server sends
@@ -191,6 +191,8 @@ def read_fetch_bytes(max_payload: int) -> int:
     server's ``max_payload``, so that any one message fits: a pull that stops at its byte
     limit before its first message would deliver nothing."""
     return max(READ_FETCH_BYTES, 2 * max_payload)
+
+
 DIRECT_BATCH: Final = 10_000
 """Messages per batched direct get of a read task (``directGet``: a stream with ``allow_direct``
 read whole or by one filter subject), unless ``fetchBatchSize`` says otherwise; each also stops
