@@ -506,12 +506,12 @@ def read_deliveries(
     same_len = first.end(4) - first.end(1)  # (from the subject's end to the dot after the consumer's name)
     d_count = s1 + same_len  # (that dot, in a frame that starts alike; the match of its rest checks it)
     alike = d_count < s3
-    starts = np.where(alike, s1, s1[0])
+    k = len(c) if alike.all() else int(np.argmin(alike))  # (the prefixes of those before the first that cannot be alike)
     data = pa.py_buffer(buf)
-    prefixes = _joined(data, starts, starts + same_len + 1)
-    if prefixes != prefixes[: same_len + 1] * len(starts):  # (else all alike: one comparison)
-        rows = np.frombuffer(prefixes, np.uint8).reshape(len(starts), same_len + 1)
-        alike &= (rows == rows[0]).all(axis=1)
+    prefixes = _joined(data, s1[:k], d_count[:k] + 1)  # (in order and apart: each within its control line)
+    if prefixes != prefixes[: same_len + 1] * k:  # (else all alike: one comparison)
+        rows = np.frombuffer(prefixes, np.uint8).reshape(k, same_len + 1)
+        alike[:k] &= (rows == rows[0]).all(axis=1)
     if not alike.all():
         k = int(np.argmin(alike))
         if k == 0:
