@@ -1130,7 +1130,7 @@ class FetchMachine(_Machine):
             self._broken = exc
             raise
 
-    def takes_counted(self, count: int, size: int = 0) -> bool:
+    def takes_counted(self, count: int, size: int) -> bool:
         """Whether :meth:`receive_counted` takes a run of ``count`` user messages of ``size``
         bytes: the fetch is going, tracks no pin, and they fit in its batch and stay under its
         byte limit (if it has one: none of them ends the fetch by its bytes)."""

@@ -75,6 +75,7 @@ from jscore.errors import (
     MsgNotFoundError,
     NatsError,
     NoMessagesError,
+    PullRequestLimitError,
 )
 from jscore.headers import Headers, header_columns, header_lines_dict, headers_dict
 from jscore.times import from_unix_ns, parse_server_stamp, unix_ns
@@ -821,8 +822,10 @@ def _iter_ordered(
     :data:`Record` tuples, taken from the ordered consumer's runs without a :class:`JsMsg` each;
     with ``columns`` too, runs the connection read in bulk come as they are among the tuples
     (:class:`jscore.bulk.DeliveryColumns`). With ``max_bytes`` (``records`` only) each pull
-    also stops at that many bytes; a pull that brings nothing is asked again without it before
-    the stream is taken to hold nothing more."""
+    also stops at that many bytes; a pull that brings nothing is asked again for one message
+    without it before the stream is taken to hold nothing more; and a server whose limits
+    refuse such pulls (``max_request_batch``, ``max_request_max_bytes``) is read with pulls of
+    :data:`DEFAULT_FETCH_BATCH` messages and no byte limit, as without ``max_bytes``."""
     oc = js.ordered_consumer(
         stream,
         filter_subjects=list(subjects) or None,
@@ -834,7 +837,8 @@ def _iter_ordered(
         empties = 0
         limit = max_bytes
         while cursor < end:
-            want = max(1, min(fetch_batch, end - cursor))
+            # (one message when a pull that had the byte limit brought nothing: it may be larger)
+            want = 1 if limit is None and max_bytes is not None else max(1, min(fetch_batch, end - cursor))
             resets = oc.state.resets
             items: list[Any]
             try:
@@ -850,6 +854,16 @@ def _iter_ordered(
                 if limit is None:
                     raise
                 items, pending = [], None  # (the next message is over the limit: asked again without it)
+            except PullRequestLimitError as exc:
+                if max_bytes is None or exc.description.startswith("Exceeded MaxWaiting"):
+                    raise
+                _log.info(
+                    "jetstream[%s]: the server refused a read pull (%s); pulls of %d messages follow",
+                    stream, exc, DEFAULT_FETCH_BATCH,
+                )  # fmt: skip
+                fetch_batch, max_bytes = DEFAULT_FETCH_BATCH, None
+                limit = None
+                continue
             if not items:
                 if oc.state.resets == resets:
                     if limit is not None:  # (a message over the limit, stored when max_payload was larger?)

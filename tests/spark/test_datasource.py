@@ -319,10 +319,45 @@ def test_a_read_tasks_pulls_stop_at_their_byte_limit_and_a_larger_message_is_sti
     assert [r[3] for r in got] == list(range(1, len(sizes) + 1))
     assert [len(r[1]) for r in got] == sizes
     assert len(pulls) >= 3, "2000 bytes a pull: several pulls"
+    assert [len(pull) for pull in pulls if any(len(r[1]) == 5000 for r in pull)] == [1], "asked again for it alone"
     limited = [pull for pull in pulls if all(len(r[1]) == 100 for r in pull)]
     assert len(limited) >= 2 and all(sum(len(r[1]) for r in pull) <= 2000 for pull in limited)
     assert dsmod.read_fetch_bytes(1 << 20) == dsmod.READ_FETCH_BYTES
     assert dsmod.read_fetch_bytes(64 << 20) == 128 << 20, "any one message fits a pull"
+    assert list(js.stream(names.stream).consumer_names()) == []
+
+
+def test_a_server_that_refuses_the_read_tasks_pulls_is_read_with_smaller_ones(
+    js: Any, names: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server whose limits (max_request_batch, max_request_max_bytes) refuse a read task's
+    pulls of 16,384 messages and 8 MiB is read with pulls of 4096 messages and no byte limit,
+    as before those pulls; a refusal of those too is the task's error."""
+    from jscore.errors import PullRequestLimitError
+    from jssync.ordered import OrderedConsumer
+
+    js.create_stream(name=names.stream, subjects=[f"{names.subject}.>"])
+    for i in range(30):
+        js.publish(f"{names.subject}.x", b"m%d" % i)
+    real = OrderedConsumer._fetch_records
+    asked: list[tuple[int, int | None]] = []
+
+    def limited(self: Any, max_messages: int, **kw: Any) -> Any:
+        asked.append((max_messages, kw.get("max_bytes")))
+        if kw.get("max_bytes") is not None or max_messages > 4096:
+            raise PullRequestLimitError(409, f"Exceeded MaxRequestBatch of {limit}")
+        return real(self, max_messages, **kw)
+
+    monkeypatch.setattr(OrderedConsumer, "_fetch_records", limited)
+    limit = 4096
+    got = [r for pull in dsmod.iter_range_batches(js, names.stream, (), 1, 30) for r in pull]
+    assert [r[1] for r in got] == [b"m%d" % i for i in range(30)]
+    assert asked[0] == (30, dsmod.read_fetch_bytes(js.client.max_payload)) and asked[1] == (30, None)
+    limit = 1
+    monkeypatch.setattr(OrderedConsumer, "_fetch_records", lambda self, n, **kw: (_ for _ in ()).throw(
+        PullRequestLimitError(409, "Exceeded MaxRequestBatch of 1")))
+    with pytest.raises(PullRequestLimitError):
+        list(dsmod.iter_range_batches(js, names.stream, (), 1, 30))
     assert list(js.stream(names.stream).consumer_names()) == []
 
 
