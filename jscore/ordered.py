@@ -130,6 +130,7 @@ __all__ = [
     "Delivery",
     "OrderedConsumerOptions",
     "OrderedConsumerState",
+    "RangePulls",
     "new_name_prefix",
     "serial_from_name",
     "is_transient_create_error",
@@ -393,6 +394,53 @@ def reset_reason_for(error: BaseException) -> ResetReason | None:
 
 
 # ====================================================================== the machine
+
+
+class RangePulls:
+    """How a range reader (the Spark source's read task) sizes its ordered consumer's no-wait
+    pulls, and what it does with a pull that brings nothing or that the server refuses.
+
+    Each pull asks for ``batch`` messages (fewer at the range's end) and, with ``max_bytes``,
+    stops at that many bytes too. A pull with the byte limit that brings nothing (its next
+    message is over the limit: stored when ``max_payload`` was larger) is followed by a pull of
+    one message without it; only if that brings nothing too has the range nothing more. A
+    server whose limits (``max_request_batch``, ``max_request_max_bytes``) refuse the sized
+    pulls is read with pulls of ``fallback_batch`` messages and no byte limit."""
+
+    __slots__ = ("batch", "max_bytes", "fallback_batch", "_limited")
+
+    def __init__(self, batch: int, max_bytes: int = 0, fallback_batch: int = 0) -> None:
+        self.batch = batch
+        self.max_bytes = max_bytes
+        self.fallback_batch = fallback_batch or batch
+        self._limited = True  # (False: the last pull with the limit brought nothing)
+
+    def ask(self, left: int) -> tuple[int, int | None]:
+        """(messages, byte limit or None) of the next pull, ``left`` messages before the range's end."""
+        if self.max_bytes and not self._limited:
+            return 1, None
+        return max(1, min(self.batch, left)), (self.max_bytes or None)
+
+    def brought(self) -> None:
+        """A pull brought messages: the next one has the byte limit again."""
+        self._limited = True
+
+    def nothing(self) -> bool:
+        """A pull brought nothing, the consumer not reset: True to ask again (one message
+        without the byte limit), False when the range has nothing more."""
+        if self.max_bytes and self._limited:
+            self._limited = False
+            return True
+        return False
+
+    def refused(self, description: str) -> bool:
+        """The server refused a pull (``description`` of its 409): True when the pulls fall
+        back to ``fallback_batch`` messages without a byte limit (ask again), False when that
+        does not help (the reader's error)."""
+        if not self.max_bytes or description.startswith("Exceeded MaxWaiting"):
+            return False
+        self.batch, self.max_bytes, self._limited = self.fallback_batch, 0, True
+        return True
 
 
 class OrderedConsumerState:

@@ -1134,14 +1134,19 @@ class FetchMachine(_Machine):
         """Whether :meth:`receive_counted` takes a run of ``count`` user messages of ``size``
         bytes: the fetch is going, tracks no pin, and they fit in its batch and stay under its
         byte limit (if it has one: none of them ends the fetch by its bytes)."""
-        opts = self.options
         return (
             self._broken is None
             and self.state is not _FINISHED
-            and (not opts.max_bytes or self.delivered_bytes + size < opts.max_bytes)
+            and self._under_max_bytes(size)
             and not self._track_pin
-            and self.delivered + count <= opts.batch
+            and self.delivered + count <= self.options.batch
         )
+
+    def _under_max_bytes(self, size: int) -> bool:
+        """Whether ``size`` more bytes leave the fetch under its byte limit (none: True), so
+        that no message of them ends it by its bytes."""
+        max_bytes = self.options.max_bytes
+        return not max_bytes or self.delivered_bytes + size < max_bytes
 
     def receive_counted(self, count: int, size: int, now: float) -> None:
         """A run of ``count`` user messages of ``size`` bytes (as the server counts them) that
@@ -1176,11 +1181,7 @@ class FetchMachine(_Machine):
             batch = opts.batch
             max_bytes = opts.max_bytes
             run = msgs.msgs
-            if (
-                self.delivered + len(run) < batch
-                and (not max_bytes or self.delivered_bytes + msgs.size < max_bytes)
-                and not self._track_pin
-            ):
+            if self.delivered + len(run) < batch and self._under_max_bytes(msgs.size) and not self._track_pin:
                 # The common case: the whole run fits and nothing is checked per message.
                 self.delivered += len(run)
                 self.delivered_bytes += msgs.size

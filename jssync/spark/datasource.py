@@ -78,6 +78,7 @@ from jscore.errors import (
     PullRequestLimitError,
 )
 from jscore.headers import Headers, header_columns, header_lines_dict, headers_dict
+from jscore.ordered import RangePulls
 from jscore.times import from_unix_ns, parse_server_stamp, unix_ns
 from jssync.stream import Stream
 
@@ -822,23 +823,20 @@ def _iter_ordered(
     :data:`Record` tuples, taken from the ordered consumer's runs without a :class:`JsMsg` each;
     with ``columns`` too, runs the connection read in bulk come as they are among the tuples
     (:class:`jscore.bulk.DeliveryColumns`). With ``max_bytes`` (``records`` only) each pull
-    also stops at that many bytes; a pull that brings nothing is asked again for one message
-    without it before the stream is taken to hold nothing more; and a server whose limits
-    refuse such pulls (``max_request_batch``, ``max_request_max_bytes``) is read with pulls of
-    :data:`DEFAULT_FETCH_BATCH` messages and no byte limit, as without ``max_bytes``."""
+    also stops at that many bytes (:class:`jscore.ordered.RangePulls` sizes the pulls: what
+    comes after one that brings nothing or that the server refuses)."""
     oc = js.ordered_consumer(
         stream,
         filter_subjects=list(subjects) or None,
         deliver_policy="by_start_sequence",
         opt_start_seq=max(1, start),
     )
+    pulls = RangePulls(fetch_batch, max_bytes or 0, DEFAULT_FETCH_BATCH)
     try:
         cursor = start - 1
         empties = 0
-        limit = max_bytes
         while cursor < end:
-            # (one message when a pull that had the byte limit brought nothing: it may be larger)
-            want = 1 if limit is None and max_bytes is not None else max(1, min(fetch_batch, end - cursor))
+            want, limit = pulls.ask(end - cursor)
             resets = oc.state.resets
             items: list[Any]
             try:
@@ -853,21 +851,18 @@ def _iter_ordered(
             except MaxBytesExceededError:
                 if limit is None:
                     raise
-                items, pending = [], None  # (the next message is over the limit: asked again without it)
+                items, pending = [], None  # (the next message is over the limit)
             except PullRequestLimitError as exc:
-                if max_bytes is None or exc.description.startswith("Exceeded MaxWaiting"):
+                if not pulls.refused(exc.description):
                     raise
                 _log.info(
                     "jetstream[%s]: the server refused a read pull (%s); pulls of %d messages follow",
-                    stream, exc, DEFAULT_FETCH_BATCH,
+                    stream, exc, pulls.batch,
                 )  # fmt: skip
-                fetch_batch, max_bytes = DEFAULT_FETCH_BATCH, None
-                limit = None
                 continue
             if not items:
                 if oc.state.resets == resets:
-                    if limit is not None:  # (a message over the limit, stored when max_payload was larger?)
-                        limit = None
+                    if pulls.nothing():
                         continue
                     return  # nothing more in the stream for this filter
                 empties += 1
@@ -878,7 +873,7 @@ def _iter_ordered(
                     )
                 continue
             empties = 0
-            limit = max_bytes
+            pulls.brought()
             last: int = _seq_of(items[-1], records)
             if last > end:  # (in order: keep those up to the end)
                 yield [kept for item in items if (kept := _up_to(item, end, records)) is not None]

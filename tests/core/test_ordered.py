@@ -589,3 +589,21 @@ def test_on_messages_refuses_a_run_out_of_place() -> None:
     with pytest.raises(LocalProtocolError):
         st_.on_messages([1], [1])
     assert (st_.stream_seq, st_.consumer_seq) == (0, 0)
+
+
+def test_range_pulls_size_the_pulls_and_say_what_follows_an_empty_or_refused_one() -> None:
+    from jscore.ordered import RangePulls
+
+    p = RangePulls(16384, 8 << 20, 4096)
+    assert p.ask(100_000) == (16384, 8 << 20) and p.ask(10) == (10, 8 << 20) and p.ask(0) == (1, 8 << 20)
+    assert p.nothing() is True, "an empty pull with the byte limit: asked again"
+    assert p.ask(100_000) == (1, None), "for one message, without the limit"
+    assert p.nothing() is False, "that empty too: nothing more"
+    p.brought()
+    assert p.ask(100_000) == (16384, 8 << 20), "the limit again after messages"
+    assert p.refused("Exceeded MaxWaiting of 512") is False
+    assert p.refused("Exceeded MaxRequestBatch of 4096") is True
+    assert p.ask(100_000) == (4096, None) and p.nothing() is False
+    assert p.refused("Exceeded MaxRequestBatch of 100") is False, "4096 refused too: the reader's error"
+    plain = RangePulls(500)
+    assert plain.ask(10_000) == (500, None) and plain.nothing() is False and plain.refused("Exceeded MaxRequestBatch of 1") is False
