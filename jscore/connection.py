@@ -256,13 +256,14 @@ class _Entry:
 
 
 class _Sub:
-    __slots__ = ("subject", "queue", "max_msgs", "delivered")
+    __slots__ = ("subject", "queue", "max_msgs", "delivered", "draining")
 
     def __init__(self, subject: bytes, queue: bytes | None, max_msgs: int | None) -> None:
         self.subject = subject
         self.queue = queue
         self.max_msgs = max_msgs
         self.delivered = 0
+        self.draining = False  # UNSUB sent; its messages still count until the fence's PONG
 
 
 class Stats(msgspec.Struct, kw_only=True):
@@ -314,6 +315,7 @@ class Connection:
         self._next_sid = 1
         self._pings: deque[int | None] = deque()  # outstanding PINGs: flush token or None
         self._unsent_flushes: list[int] = []
+        self._drains: dict[int, int] = {}  # flush token -> sid of a subscription being drained
         self._next_flush = 1
         self._pings_out = 0
         self._timers: dict[str, float] = {}
@@ -826,6 +828,9 @@ class Connection:
         sub = self._subs.get(sid)
         if sub is None:
             return
+        if sub.draining:
+            self._forget_sub(sid)  # (its UNSUB went out already)
+            return
         self._lane.disarm(sid)
         if self._submitted:
             self._take_submitted()
@@ -836,6 +841,27 @@ class Connection:
             max_msgs = None
         if self.state is State.CONNECTED:
             self._out += encode_unsub(sid, max_msgs)
+
+    def drain_subscription(self, sid: int) -> int | None:
+        """UNSUB ``sid`` now, but keep delivering its messages until the server has seen the
+        UNSUB: what it sent before arrives ahead of the PONG of the flush whose token this
+        returns, and the subscription is forgotten with that ``FlushCompleted``. None when
+        nothing can still arrive (unknown sid, or not connected: the subscription is forgotten
+        at once and not renewed by a reconnect)."""
+        sub = self._subs.get(sid)
+        if sub is None or sub.draining:
+            return None
+        if self.state is not State.CONNECTED:
+            self._forget_sub(sid)
+            return None
+        self._lane.disarm(sid)
+        if self._submitted:
+            self._take_submitted()
+        self._out += encode_unsub(sid, None)
+        sub.draining = True
+        token = self.flush()
+        self._drains[token] = sid
+        return token
 
     def _forget_sub(self, sid: int) -> None:
         del self._subs[sid]
@@ -1004,6 +1030,7 @@ class Connection:
         self.out_bytes = 0
         self._timers.clear()
         self._requests.clear()
+        self._drains.clear()
         self._events.append(ev.Closed(error=self._close_error))
 
     def _drop_pending(self, reason: str) -> None:
@@ -1020,7 +1047,11 @@ class Connection:
             if kept:
                 self._pending[:0] = kept
                 self._pending_size += sum(map(len, kept))
-        # Flush tokens waiting for a PONG are re-sent after the reconnect.
+        # Flush tokens waiting for a PONG are re-sent after the reconnect. A subscription
+        # being drained ends with this transport (no SUB renews it): nothing more can come.
+        for sid in self._drains.values():
+            if sid in self._subs:
+                self._forget_sub(sid)
         self._unsent_flushes[:0] = [t for t in self._pings if t is not None]
         self._pings.clear()
         self._pings_out = 0
@@ -1124,6 +1155,10 @@ class Connection:
         if self._pings:
             token = self._pings.popleft()
             if token is not None:
+                if self._drains:
+                    sid = self._drains.pop(token, None)
+                    if sid is not None and sid in self._subs:
+                        self._forget_sub(sid)  # the server has seen its UNSUB: nothing more comes
                 self._events.append(ev.FlushCompleted(token=token))
 
     def _handshake_done(self, now: float) -> None:

@@ -101,6 +101,7 @@ __all__ = [
     # commands
     "Stop",
     "Drain",
+    "InboxDrained",
     "ConnectionLost",
     "ConnectionRestored",
     "ConnectionClosed",
@@ -704,9 +705,17 @@ def resolve_fetch_options(
 
 
 class Drain(msgspec.Struct, frozen=True, kw_only=True):
-    """Consume: send no more pulls, keep delivering what arrives, end once the local buffer
-    is empty (``MessagesTaken`` brings it to 0). The transport should unsubscribe the inbox so
-    that only messages already in flight arrive. A fetch treats it as :class:`Stop`."""
+    """Consume: send no more pulls, keep delivering what arrives, end once nothing more can
+    arrive (:class:`InboxDrained`) and the local buffer is empty (``MessagesTaken`` brings it
+    to 0). The transport unsubscribes the inbox so that only messages already in flight
+    arrive. A fetch treats it as :class:`Stop`."""
+
+
+class InboxDrained(msgspec.Struct, frozen=True, kw_only=True):
+    """Consume, after :class:`Drain`: the server has seen the inbox's UNSUB (the session's
+    flush after it came back), so every message it sent has been delivered to the machine.
+    Before it, an empty buffer does not end a drain: the server may have sent messages that
+    are still on their way (it counts them as delivered, pending an ack)."""
 
 
 class MessagesTaken(msgspec.Struct, frozen=True, kw_only=True):
@@ -748,6 +757,7 @@ class ConsumerPresent(msgspec.Struct, frozen=True, kw_only=True):
 PullCommand = Union[
     Stop,
     Drain,
+    InboxDrained,
     ConnectionLost,
     ConnectionRestored,
     ConnectionClosed,
@@ -1218,8 +1228,8 @@ class FetchMachine(_Machine):
                         err = ConnectionLostError("the connection was lost while the fetch was in flight")
                         err.__cause__ = error
                         self._finish(err, "connection lost", None, FetchEnd.CONNECTION_LOST)
-                case ConnectionRestored() | MessagesTaken():
-                    pass  # a fetch ended on the loss already; it has no local buffer to track
+                case ConnectionRestored() | MessagesTaken() | InboxDrained():
+                    pass  # a fetch ended on the loss (or the drain) already; it has no local buffer
                 case AckNext(reply=reply):
                     # One pull per fetch: a +NXT would bring a message its batch does not count.
                     self._events.append(AckNextRequested(reply=reply, body=ACK_BODY, pull=False))
@@ -1351,6 +1361,7 @@ class ConsumeMachine(_Machine):
         self._check_after = heartbeat_check_after(options.heartbeat) if options.heartbeat_check else 0.0
         self._checked_at: float | None = None
         self._check_open = False  # a check was asked and not yet acted on
+        self._inbox_drained = False  # draining: nothing more can arrive (InboxDrained)
         self._maybe_pull(now)
 
     @property
@@ -1498,7 +1509,7 @@ class ConsumeMachine(_Machine):
                     self.buffered_bytes = b if b > 0 else 0
                     self._wait_take = False
                     if self.state is _DRAINING:
-                        if self.buffered_messages == 0:
+                        if self.buffered_messages == 0 and self._inbox_drained:
                             self._terminate(None, "drained")
                     else:
                         self._maybe_pull(now)
@@ -1509,8 +1520,12 @@ class ConsumeMachine(_Machine):
                     if self.state is _RUNNING:
                         self.state = _DRAINING
                         self._hold_until = self._retry_at = None
-                        if self.buffered_messages == 0:
+                        if self.buffered_messages == 0 and self._inbox_drained:
                             self._terminate(None, "drained")
+                case InboxDrained():
+                    self._inbox_drained = True
+                    if self.state is _DRAINING and self.buffered_messages == 0:
+                        self._terminate(None, "drained")
                 case ConnectionLost():
                     self.connected = False
                 case ConnectionRestored(url=url):

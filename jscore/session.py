@@ -41,7 +41,9 @@ from .machine import ConnectionClosed, ConnectionLost, ConnectionRestored, Machi
 from .protocol import AcksReceived, DirectRepliesReceived, MsgReceived, MsgsReceived
 from .jsmsg import WPI, ProgressRequested
 from .pubmachines import FramesRequested, PublishRequested, SendFailed
-from .pull import AckNextRequested, Drain, FlowControlReplyRequested, PullRequested
+from .pull import AckNextRequested, Drain, FlowControlReplyRequested, InboxDrained, PullRequested
+
+INBOX_DRAINED: Final = InboxDrained()
 
 __all__ = [
     "Attach",
@@ -116,6 +118,7 @@ class Session:
         # (``receive_msgs``) or direct get replies (``receive_direct``); see AckLane
         self._run_routes: dict[int, Callable[[Any, float], None]] = {}
         self._ends: dict[int, Ended] = {}  # sid -> what to call when the subscription ends
+        self._fences: dict[int, int] = {}  # flush token -> slot whose inbox is being drained
         self._heap: list[tuple[float, int]] = []  # (deadline, slot id); stale entries skipped
         self._dirty: list[_Slot] = []  # slots whose deadline may have changed
         self._touched: list[_Slot] = []  # slots fed messages in this pump, events not yet acted on
@@ -275,8 +278,7 @@ class Session:
             return
         self._after(slot)
         if command.__class__ is Drain and slot.id in self._slots:
-            # Draining: only what is already in flight may still arrive for this inbox.
-            self._close_inbox(slot)
+            self._drain_inbox(slot, now)
         self._refresh()
         self._pump(now)
 
@@ -440,6 +442,34 @@ class Session:
         self._stale = True
         self._close_inbox(slot)
 
+    def _drain_inbox(self, slot: _Slot, now: float) -> None:
+        """Draining: UNSUB the inbox, and route what the server sent before it saw the UNSUB
+        until the PONG of a flush behind it; then the machine hears :class:`InboxDrained`.
+        (Closed at once, nothing in flight counts, when the connection is down.)"""
+        if slot.id in self._fences.values():
+            return  # (drained already: its fence is on its way)
+        token = self.conn.drain_subscription(slot.sid) if slot.sid else None
+        if token is not None:
+            self._fences[token] = slot.id
+            return
+        self._close_inbox(slot)
+        self._tell(slot, INBOX_DRAINED, now)
+
+    def _fenced(self, token: int, now: float) -> None:
+        slot = self._slots.get(self._fences.pop(token))
+        if slot is not None:
+            self._close_inbox(slot)
+            self._tell(slot, INBOX_DRAINED, now)
+
+    def _tell(self, slot: _Slot, command: Any, now: float) -> None:
+        self._mark(slot)
+        try:
+            slot.machine.handle(command, now)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(slot, exc, "internal error")
+            return
+        self._after(slot)
+
     def _close_inbox(self, slot: _Slot) -> None:
         sid = slot.sid
         if not sid:
@@ -571,6 +601,11 @@ class Session:
                 continue
             if self._touched:
                 self._settle()  # what the messages before this event produced comes first
+            if cls is ev.FlushCompleted and self._fences:
+                assert isinstance(e, ev.FlushCompleted)
+                if e.token in self._fences:
+                    self._fenced(e.token, now)
+                    continue
             if cls is ev.SubscriptionEnded:
                 assert isinstance(e, ev.SubscriptionEnded)
                 routes.pop(e.sid, None)
@@ -581,6 +616,11 @@ class Session:
                 continue
             if cls in _CONNECTION_CHANGES and self._slots:
                 self._tell_all(e, now)
+            if self._fences and (cls is ev.Disconnected or cls is ev.Closed):
+                # A drained inbox's subscription died with the transport (no SUB renews it):
+                # nothing more can come for it, whatever its fence's PONG does later.
+                for token in tuple(self._fences):
+                    self._fenced(token, now)
             out.append(e)
         if self._touched:
             self._settle()

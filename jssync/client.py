@@ -760,7 +760,9 @@ class Client:
         self._check_fork()
         deadline = _monotonic() + timeout
         with self._lock:
-            self._conn.unsubscribe(sub.sid)
+            # (its messages still come until the server has seen the UNSUB: the flush below
+            # waits for a PONG behind the drain's own)
+            self._conn.drain_subscription(sub.sid)
             self._wake_locked()
         self.flush(timeout=timeout)
         with self._lock:

@@ -35,6 +35,7 @@ from jscore.pull import (
     ConsumerGone,
     ConsumerPresent,
     Drain,
+    InboxDrained,
     HeartbeatMissed,
     MessagesTaken,
     PinIdChanged,
@@ -589,6 +590,8 @@ def test_drain_sends_no_pull_delivers_in_flight_and_ends_when_empty() -> None:
     m.receive_msg(user(), 0.3)  # already in flight: delivered
     m.receive_msg(status(408, "Request Timeout", pending=5, pending_bytes=0), 0.3)
     assert len(delivered(events(m))) == 1
+    m.handle(InboxDrained(), 0.35)  # the server has seen the UNSUB: nothing more comes
+    assert events(m) == [] and not m.finished
     m.handle(MessagesTaken(count=4, size=400), 0.4)
     assert events(m) == []  # one left
     m.handle(MessagesTaken(count=1, size=100), 0.5)
@@ -597,10 +600,33 @@ def test_drain_sends_no_pull_delivers_in_flight_and_ends_when_empty() -> None:
     assert events(m) == []
 
 
-def test_drain_with_empty_buffer_ends_at_once() -> None:
+def test_drain_with_empty_buffer_waits_for_what_is_in_flight() -> None:
+    """The server counts a message delivered (pending its ack) before it reaches us: an empty
+    buffer ends a drain only once the inbox is drained (the UNSUB's fence came back)."""
     m, _ = machine(max_messages=10)
     m.handle(Drain(), 0.1)
+    assert events(m) == [] and not m.finished and m.next_deadline() is None
+    m.receive_msg(user(), 0.2)  # was on its way
+    assert len(delivered(events(m))) == 1
+    m.handle(MessagesTaken(count=1, size=100), 0.3)
+    assert events(m) == []
+    m.handle(InboxDrained(), 0.4)
     assert events(m) == [ConsumeTerminated(error=None, reason="drained")]
+
+
+def test_drain_ends_when_the_inbox_is_drained_and_the_buffer_empty_in_either_order() -> None:
+    m, _ = machine(max_messages=10)
+    m.handle(Drain(), 0.1)
+    m.handle(InboxDrained(), 0.2)
+    assert events(m) == [ConsumeTerminated(error=None, reason="drained")]
+    m2, _ = machine(max_messages=10)
+    m2.receive_msg(user(), 0.1)
+    events(m2)
+    m2.handle(Drain(), 0.2)
+    m2.handle(InboxDrained(), 0.3)
+    assert events(m2) == [] and not m2.finished
+    m2.handle(MessagesTaken(count=1, size=100), 0.4)
+    assert events(m2) == [ConsumeTerminated(error=None, reason="drained")]
 
 
 # ============================================================================ priority groups (52)

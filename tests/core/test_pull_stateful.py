@@ -34,6 +34,7 @@ from jscore.pull import (
     ConsumerGone,
     Disposition,
     Drain,
+    InboxDrained,
     FetchFinished,
     FetchMachine,
     MessageDelivered,
@@ -123,6 +124,7 @@ class ConsumeModel(RuleBasedStateMachine):
         self.now = 0.0
         self.connected = True
         self.ended = False
+        self.fenced = False  # InboxDrained was handed over
         self.strict = True
         self.sizes: deque[int] = deque()  # sizes of the delivered, not yet taken messages
         self.m = ConsumeMachine(self.opts, self.now)
@@ -251,8 +253,12 @@ class ConsumeModel(RuleBasedStateMachine):
     def take(self, k: int) -> None:
         k = min(k, len(self.sizes))
         size = sum(self.sizes.popleft() for _ in range(k))
+        draining = self.m.state is PullState.DRAINING
         self.m.handle(MessagesTaken(count=k, size=size), self.now)
         self.absorb()
+        if draining:
+            # A drain ends on the take that empties the buffer once nothing more can come.
+            assert self.ended == (self.fenced and self.m.buffered_messages == 0)
 
     @rule()
     def ack_next(self) -> None:
@@ -296,6 +302,17 @@ class ConsumeModel(RuleBasedStateMachine):
         if not self.ended:
             assert self.m.state is PullState.DRAINING
             assert self.m.next_deadline() is None
+
+    @precondition(lambda self: self.m.state is PullState.DRAINING)
+    @rule()
+    def inbox_drained(self) -> None:
+        """The transport's fence after a drain's UNSUB: an empty buffer ends the consume now,
+        a non-empty one once it is taken."""
+        empty = self.m.buffered_messages == 0
+        self.m.handle(InboxDrained(), self.now)
+        self.absorb()
+        self.fenced = True
+        assert self.ended == empty
 
     # ------------------------------------------------------------ invariants
 

@@ -56,6 +56,7 @@ class Op:
         self.events: list[Any] = []
         self.ended = False
         self.delivered = 0
+        self.draining = False  # a consume the test drained
         self.sent = 0  # user messages the server sent to its inbox while it was on the session
         # statuses sent in a burst: one that follows the machine's end in the same read reaches
         # it and is counted in its ``ignored`` (a status on its own after the end is not routed)
@@ -105,6 +106,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.replies = 0
         self.seq = 0
         self.closed = False
+        self.pings_owed = 0  # PINGs written on this connection and not answered yet
         self.s.start(self.now)
         self.handshake()
 
@@ -129,6 +131,7 @@ class SessionMachine(RuleBasedStateMachine):
                 f"wrote {data[:60]!r} in state {self.conn.state}"
             )
         frames = client_frames(data)
+        self.pings_owed += sum(1 for f in frames if f[0] == "PING")
         for f in frames:
             if f[0] == "PUB" and ".CONSUMER.CREATE." in f[1] and f[2]:
                 for o in self.ops:
@@ -150,6 +153,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.s.connection_made(self.now)
         self.s.receive_data(b"INFO " + json.dumps({"max_payload": 1 << 20, "headers": True}).encode() + b"\r\n", self.now)
         self.wire()
+        self.pings_owed = 0  # (the handshake's PING, answered here)
         self.s.receive_data(b"PONG\r\n", self.now)
         assert self.conn.is_connected
         self.events()
@@ -287,7 +291,7 @@ class SessionMachine(RuleBasedStateMachine):
         inbox = self.s.inbox_of(op.slot)
         reply = ACK.format(seq=self.seq)
         payload = b"m" * size
-        if op.slot in self.s._slots:
+        if op.slot in self.s._slots and self.sid_of(op):  # (a drained inbox is gone)
             op.sent += 1
         self.feed(b"MSG %s %d %s %d\r\n%s\r\n" % (inbox.encode(), self.sid_of(op), reply.encode(), size, payload))
 
@@ -307,7 +311,7 @@ class SessionMachine(RuleBasedStateMachine):
                 op.burst_statuses += 1
                 continue
             self.seq += 1
-            if op.slot in self.s._slots:
+            if op.slot in self.s._slots and self.sid_of(op):  # (a drained inbox is gone)
                 op.sent += 1
             reply = ACK.format(seq=self.seq).encode()
             chunks.append(b"MSG %s %d %s 1\r\nm\r\n" % (inbox, self.sid_of(op), reply))
@@ -406,10 +410,23 @@ class SessionMachine(RuleBasedStateMachine):
         if m.buffered_messages:
             self.s.command(op.slot, P.MessagesTaken(count=m.buffered_messages, size=m.buffered_bytes), self.now)
         if drain and not op.ended:
+            was_connected = self.conn.is_connected
             self.s.command(op.slot, P.Drain(), self.now)
-            assert not self.s.has_route(self.sid_of(op)) if op.slot in self.s._slots else True
+            op.draining = True
+            if was_connected:
+                # What the server sent before it sees the UNSUB may still come, even to an
+                # empty buffer: the consume and its route stay until the fence.
+                assert op.slot in self.s._slots and not op.ended, "a drain ended before its fence"
+                assert self.s.has_route(self.sid_of(op)), "a drain's inbox closed before its fence"
         self.events()
         self.wire()
+
+    @precondition(lambda self: self.conn.is_connected and self.pings_owed > 0)
+    @rule()
+    def pong(self) -> None:
+        """The server answers the oldest PING (a flush, a drain's fence)."""
+        self.pings_owed -= 1
+        self.feed(b"PONG\r\n")
 
     @precondition(lambda self: not self.closed and self.publisher is not None and not self.publisher.ended)
     @rule(level=st.integers(0, 5))
@@ -430,6 +447,7 @@ class SessionMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.conn.is_connected)
     @rule()
     def lose_connection(self) -> None:
+        self.pings_owed = 0
         self.s.connection_lost(self.now, ConnectionResetError("cut"))
         self.events()
         self.wire()
@@ -492,6 +510,21 @@ class SessionMachine(RuleBasedStateMachine):
                 assert m.pending_messages >= 0 and m.pending_bytes >= 0 and m.buffered_messages >= 0
             if op.kind == "ordered":
                 assert op.seqs == list(range(1, len(op.seqs) + 1)), op.seqs
+
+    @invariant()
+    def drains_end_after_their_fence(self) -> None:
+        """A drained consume still gets what the server sent before it saw the UNSUB (its
+        route stays); once every PING is answered (its fence among them) it holds no route,
+        and it has ended unless messages wait in its buffer."""
+        if not hasattr(self, "s") or not self.conn.is_connected:
+            return
+        for op in self.ops:
+            if op.kind != "consume" or not op.draining or op.ended:
+                continue
+            sid = self.s._slots[op.slot].sid
+            if self.pings_owed == 0:
+                assert op.machine.buffered_messages > 0, "a drain with an empty buffer did not end at its fence"
+                assert sid == 0 and not self.s.has_route(sid)
 
     @invariant()
     def publish_ledger(self) -> None:
