@@ -11,7 +11,9 @@ call                           meaning
 ``receive_msg(msg, now)``      a message of the machine's inbox subscription
 ``handle(command, now)``       a command: from the application (:class:`Stop`, ``Drain`` ...)
                                or from the session (:class:`ConnectionLost`,
-                               :class:`ConnectionRestored`, :class:`ConnectionClosed`)
+                               :class:`ConnectionRestored`, :class:`ConnectionClosed`; after
+                               a consume's ``Drain``, ``InboxDrained`` once nothing more
+                               can arrive for its inbox)
 ``handle_timeout(now)``        fire expired timers; a spurious call is a no-op
 ``next_deadline()``            the earliest armed timer, or None; pure
 ``drain_events()``             every queued event, oldest first
