@@ -614,13 +614,14 @@ class Session:
                 if end is not None:
                     end(e.error)
                 continue
-            if cls in _CONNECTION_CHANGES and self._slots:
-                self._tell_all(e, now)
             if self._fences and (cls is ev.Disconnected or cls is ev.Closed):
                 # A drained inbox's subscription died with the transport (no SUB renews it):
-                # nothing more can come for it, whatever its fence's PONG does later.
+                # nothing more can come for it, whatever its fence's PONG does later. (Told
+                # first: a drained consume with an empty buffer ends drained, not closed.)
                 for token in tuple(self._fences):
                     self._fenced(token, now)
+            if cls in _CONNECTION_CHANGES and self._slots:
+                self._tell_all(e, now)
             out.append(e)
         if self._touched:
             self._settle()

@@ -473,7 +473,8 @@ class Client:
         subs = list(self._subs.values())
         with self._lock:
             for sub in subs:
-                self._conn.unsubscribe(sub.sid)  # (the messages in flight still arrive)
+                # (what the server sent before it read the UNSUB still comes, until the flush)
+                self._conn.drain_subscription(sub.sid)
         try:
             self.flush(timeout=max(0.01, deadline - _monotonic()))
         except (TimeoutError, ConnectionClosedError):
@@ -764,11 +765,14 @@ class Client:
             # waits for a PONG behind the drain's own)
             self._conn.drain_subscription(sub.sid)
             self._wake_locked()
-        self.flush(timeout=timeout)
-        with self._lock:
-            self._subs.pop(sub.sid, None)
-            self._session.forget(sub.sid)
-            sub._end(None)
+        try:
+            self.flush(timeout=timeout)
+        finally:
+            # (ended even when the flush failed: nothing more is routed to it either way)
+            with self._lock:
+                self._subs.pop(sub.sid, None)
+                self._session.forget(sub.sid)
+                sub._end(None)
         if sub._thread is not None and sub._thread is not threading.current_thread():
             sub._thread.join(max(0.0, deadline - _monotonic()))
             if sub._thread.is_alive():

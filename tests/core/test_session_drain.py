@@ -95,3 +95,15 @@ def test_a_drain_while_disconnected_ends_at_once_and_a_second_drain_changes_noth
     s2.connection_lost(0.5, ConnectionResetError("cut"))
     s2.command(slot2, P.Drain(), 1.0)
     assert ended(got2)
+
+
+def test_a_drain_cut_short_by_the_close_still_ends_drained() -> None:
+    s = connected()
+    slot, got, _ = consume(s)
+    s.command(slot, P.Drain(), 1.0)
+    s.data_to_send()
+    s.handle(ev.Close(), 1.1)
+    s.data_to_send()
+    s.connection_lost(1.2, None)
+    [end] = [e for e in got if isinstance(e, P.ConsumeTerminated)]
+    assert end.error is None and end.reason == "drained"

@@ -456,14 +456,19 @@ def test_drain_delivers_buffered_then_ends(env: PullEnv) -> None:
     env.publish(50)
     baseline = threading.active_count()
     gate = threading.Event()
+    started = threading.Event()
     rec = Recorder()
 
     def handler(msg: Any) -> None:
+        started.set()
         gate.wait(10.0)
         rec(msg)
 
     cc = c.consume(handler, max_messages=20, expires=EXPIRES, heartbeat=HB)
-    # The server handed out a full buffer while the handler is blocked on the first.
+    # The server handed out a full buffer while the handler is blocked on the first. (The
+    # drain must deliver all of it even if some is still on its way: the CONSUMER.INFO answer
+    # may overtake the messages.)
+    assert started.wait(3.0), "no message reached the handler"
     wait_until(lambda: c.info().num_ack_pending >= 20, 3.0, what="a full buffer")
     cc.drain()
     gate.set()

@@ -72,3 +72,23 @@ def test_a_core_subscription_drain_delivers_what_was_in_flight(
     t.join(5.0)
     assert result == [None]
     wait_until(lambda: got == [b"in flight"], 2.0, what="the message sent before the UNSUB")
+
+
+def test_a_client_drain_delivers_what_was_in_flight_to_every_subscription(
+    fake_server_factory: FakeFactory, clients: Callable[..., Client]
+) -> None:
+    nc, conn = _connected(fake_server_factory, clients)
+    got: list[bytes] = []
+    nc.subscribe("a", callback=lambda m: got.append(m.data))
+    nc.subscribe("b", callback=lambda m: got.append(m.data))
+    sids = [int(conn.expect(b"SUB %s " % s).split()[-1]) for s in (b"a", b"b")]
+    t = threading.Thread(target=lambda: nc.drain(timeout=5.0), daemon=True)
+    t.start()
+    assert sorted([conn.expect(b"UNSUB "), conn.expect(b"UNSUB ")]) == [b"UNSUB %d\r\n" % sid for sid in sids]
+    conn.expect(b"PING")
+    conn.send_msg("a", sids[0], b"to a")
+    conn.send_msg("b", sids[1], b"to b")
+    conn.send(b"PONG\r\n" * 3)  # (both fences, then the drain's flush)
+    t.join(5.0)
+    assert not t.is_alive() and nc.is_closed
+    assert sorted(got) == [b"to a", b"to b"]
