@@ -24,6 +24,8 @@ sizes) and the column methods give Arrow arrays without an object per frame. How
    block), joined, must match the frame-by-frame reading's patterns for those pieces once per
    frame. Each header block must hold exactly one empty line, at its end. Sizes, the control
    line's length and ``max_payload`` are checked as the frame-by-frame reading checks them.
+   (Rests of one length in a row, as a server's deliveries mostly are, are checked as a matrix
+   against the first of them, which the pattern matches: see :func:`_rests_match`.)
 
 Anything else gives None or a shorter run, and the frame-by-frame reading goes on from there: it
 meets what does not match and raises what it raises. This module needs NumPy and PyArrow (the
@@ -81,9 +83,10 @@ reads came frame by frame and broke the reader's runs, each break costing it a b
 more, about 1.4 ms: more than a short bulk read costs over reading its frames one by one.)"""
 
 
-def run_matcher(pattern: bytes) -> Callable[[bytes], object]:
-    """The ``fullmatch`` of one or more pieces in a row that each match ``pattern`` (whose
-    capturing groups are made non-capturing: its pieces hold no literal parenthesis)."""
+def run_matcher(pattern: bytes) -> Callable[[bytes, int, int], object]:
+    """The ``fullmatch`` (``(string, pos, endpos)``) of one or more pieces in a row that each
+    match ``pattern`` (whose capturing groups are made non-capturing: its pieces hold no literal
+    parenthesis)."""
     plain = re.sub(rb"\((?!\?)", b"(?:", pattern)
     return re.compile(b"(?:" + plain + b")++").fullmatch
 
@@ -97,8 +100,8 @@ class Patterns(NamedTuple):
 
     hmsg: Callable[[bytes, int], Any]
     msg: Callable[[bytes, int], Any]
-    hmsg_rests: Callable[[bytes], object]
-    msg_rests: Callable[[bytes], object]
+    hmsg_rests: Callable[[bytes, int, int], object]
+    msg_rests: Callable[[bytes, int, int], object]
     subjects: Callable[[bytes], object]
     consumer_name: Callable[[bytes], str]
 
@@ -368,6 +371,98 @@ def _joined(data: Any, starts: Any, stops: Any) -> bytes:
     return memoryview(taken.buffers()[2])[: int((stops - starts).sum())].tobytes()
 
 
+_TEMPLATE_ROWS: Final = 32
+"""Rests of one length in a row from which :func:`_rests_match` checks them as a matrix (fewer
+are matched by the pattern: the matrix's set-up costs about what 30 matches do)."""
+
+_LITERAL: Final = 0
+_DIGIT: Final = 1
+_VALUE: Final = 2
+
+
+def _rest_template(first: bytes, headed: bool) -> tuple[Any, Any, Any] | None:
+    """What each byte of a rest like ``first`` (which the rests pattern matches) must be for
+    the pattern to match it too: per column, the same byte as ``first`` (``_LITERAL``: the
+    dots, spaces, line ends, ``NATS/1.0``, each header line's key and colon), a digit
+    (``_DIGIT``: the five ack numbers, the sizes) or a header value's character (``_VALUE``);
+    and the columns that must not be ``0`` (the first digit of an ack number of two digits
+    or more) or a space or tab (a header value's last character). None when the pattern's
+    look-ahead may see a difference (a first line ``Nats-Stream:``): those are matched."""
+    np = _np
+    codes = np.zeros(len(first), np.uint8)
+    lead: list[int] = []
+    tail: list[int] = []
+    sp = first.index(b" ")
+    at = 0
+    for dot in [*(i for i in range(sp) if first[i] == 46), sp]:  # (the ack numbers: 0 or no leading zero)
+        codes[at:dot] = _DIGIT
+        if dot - at > 1:
+            lead.append(at)
+        at = dot + 1
+    cr = first.index(b"\r\n", sp)
+    if headed:
+        sizes = first.index(b" ", sp + 1)
+        codes[sp + 1 : sizes] = _DIGIT
+        codes[sizes + 1 : cr] = _DIGIT
+        at = cr + 2 + len(b"NATS/1.0\r\n")
+        if first.startswith(b"Nats-Stream:", at):
+            return None
+        while not first.startswith(b"\r\n", at):  # (each line: its key and colon as they are, then its value)
+            colon = first.index(b":", at)
+            end = first.index(b"\r\n", colon)
+            codes[colon + 1 : end] = _VALUE
+            if end > colon + 1:
+                tail.append(end - 1)
+            at = end + 2
+    else:
+        codes[sp + 1 : cr] = _DIGIT
+    return codes, np.array(lead, np.intp), np.array(tail, np.intp)
+
+
+def _rests_match(
+    rests: bytes, r: Any, lens: Any, rest_at: Any, full: Callable[[bytes, int, int], object], headed: bool
+) -> bool:
+    """Whether ``full`` (:func:`run_matcher` of the rests pattern) matches ``rests``, the rests
+    of ``len(lens)`` frames joined (``r`` as bytes, each at ``rest_at`` for ``lens``). Rests of
+    one length in a row are one matrix: when the pattern matches the first, each other row
+    matches it exactly when it has the first's bytes in its ``_LITERAL`` columns, digits and
+    value characters in the others, and none of the leading zeros or trailing blanks the
+    pattern refuses (:func:`_rest_template`): every piece then has the first's bounds. A group
+    that is not such a matrix is matched by the pattern."""
+    np = _np
+    k = len(lens)
+    cut = np.flatnonzero(lens[1:] != lens[:-1]) + 1
+    bounds = [0, *cut.tolist(), k]
+    for i in range(len(bounds) - 1):
+        a0, a1 = bounds[i], bounds[i + 1]
+        start, width, rows = int(rest_at[a0]), int(lens[a0]), a1 - a0
+        end = start + rows * width
+        if rows >= _TEMPLATE_ROWS and full(rests, start, start + width) is not None:
+            template = _rest_template(rests[start : start + width], headed)
+            if template is not None and _rows_alike(r[start:end].reshape(rows, width), *template):
+                continue
+        if full(rests, start, end) is None:
+            return False
+    return True
+
+
+def _rows_alike(m: Any, codes: Any, lead: Any, tail: Any) -> bool:
+    """Every row of ``m`` as :func:`_rest_template` asks (row 0 is the template's)."""
+    if ((m != m[0]) & (codes == _LITERAL)).any():
+        return False
+    if (((m - 48) > 9) & (codes == _DIGIT)).any():  # (uint8: below "0" wraps round)
+        return False
+    if (((m - 32) > 94) & (m != 9) & (codes == _VALUE)).any():  # (printable ASCII or a tab)
+        return False
+    if len(lead) and (m[:, lead] == 48).any():
+        return False
+    if len(tail):
+        last = m[:, tail]
+        if ((last == 32) | (last == 9)).any():
+            return False
+    return True
+
+
 class Scan:
     """Where a buffer's line feeds and spaces are (NumPy arrays of positions), found once
     for every bulk read in that buffer: a bulk read that stops early costs the next one no
@@ -532,6 +627,9 @@ def read_deliveries(
         return None
     rests = _joined(data, d_count[:k] + 1, heads_end)
     r = np.frombuffer(rests, np.uint8)
+    lens = heads_end - d_count[:k] - 1
+    rest_at = np.zeros(k, np.int64)
+    np.cumsum(lens[:-1], out=rest_at[1:])
     if headed:
         crlf = (r[:-1] == 13) & (r[1:] == 10)
         blank = heads_end - 4
@@ -540,18 +638,13 @@ def read_deliveries(
         if int((crlf[:-2] & crlf[2:]).sum()) != k:  # (each block's empty line, and no other)
             return None
         one_line = int(crlf.sum()) == 4 * k  # (the control line's, NATS/1.0's, one line's, the last)
-        if patterns.hmsg_rests(rests) is None:
-            return None
-    elif patterns.msg_rests(rests) is None:
-        return None
     else:
         one_line = False
+    if not _rests_match(rests, r, lens, rest_at, patterns.hmsg_rests if headed else patterns.msg_rests, headed):
+        return None
     # 4. The numbers; the rest is taken out when asked for.
     # The stream sequence, consumer sequence and time stamp of each, in one cast: each rest
     # starts with the ack subject's five numbers (matched), so its first four dots part them.
-    lens = heads_end - d_count[:k] - 1
-    rest_at = np.zeros(k, np.int64)
-    np.cumsum(lens[:-1], out=rest_at[1:])
     dots = np.flatnonzero(r == 46)
     nums_dots = dots[np.searchsorted(dots, rest_at)[:, None] + np.arange(4)[None, :]]
     nums = _checked_numbers(pa.py_buffer(rests), (nums_dots[:, :3] + 1).ravel(), nums_dots[:, 1:].ravel()).to_numpy().reshape(k, 3)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from jscore import bulk
+from jscore import bulk, protocol
 from jscore.headers import bulk_headers, header_columns
 from jscore.protocol import MAX_CONTROL_LINE, PAYLOAD_MARGIN, AckLane, MsgReceived, MsgsReceived, Parser, RemoteProtocolError
 
@@ -336,3 +336,105 @@ def test_after_two_short_bulk_reads_a_parser_rests(monkeypatch: pytest.MonkeyPat
         per_feed.append(0)
         assert sum(len(e.msgs) or e.columns.count for e in parser.feed(data)) == 12 * 20
     assert per_feed == [1] + [0] * 63 + [1] + [0] * 5
+
+
+# ====================================================================== rests as a matrix
+# Rests of one length in a row are checked column by column against the first (which the
+# pattern matches): each kind of column must refuse exactly what the pattern refuses.
+
+_VALID_VALUE = b"aZ09-_:.\t ~"
+# One change to a row like the first, each of the same length: what the pattern refuses, then
+# what it takes.
+_REFUSED = ["lead zero", "letter in number", "key char", "value char", "trailing blank", "stream key"]
+_TAKEN = ["other key", "dcount", "pending", "value tab"]
+
+
+@st.composite
+def alike_rests_run(draw: st.DrawFn) -> bytes:
+    """A run of deliveries whose rests have one length and layout, like the first one's, some
+    rows with one change each of the same length: one the pattern refuses (a leading zero or a
+    letter in an ack number, a key or value character outside its class, a value's trailing
+    blank, a first line ``Nats-Stream: ``) or one it takes; now and then a row of another
+    length, or an MSG frame."""
+    headed = draw(st.integers(0, 7)) != 0
+    width = draw(st.integers(1, 6))
+    sep = draw(st.sampled_from([b": ", b":"]))  # (without the blank, a first key Nats-Stream is taken)
+    first_key = draw(st.sampled_from([b"Nats-Msg-Id", b"Nats-Msg-Id", b"Nats-Stream"]))
+    out = []
+    for i in range(draw(st.integers(2, 40))):
+        change = draw(st.sampled_from(_REFUSED + _TAKEN + [None] * 8)) if i else None
+        seq = b"%d" % draw(st.integers(100000, 999999))
+        if change == "lead zero":
+            seq = b"0" + seq[1:]
+        elif change == "letter in number":
+            seq = seq[:3] + b"a" + seq[4:]
+        dcount = b"2" if change == "dcount" else b"1"
+        pending = b"7" if change == "pending" else b"0"
+        reply = b"$JS.ACK.S.OC_x_1.%s.%s.%s.%d.%s" % (dcount, seq, seq, _STAMP, pending)
+        if not headed or (i and draw(st.integers(0, 19)) == 0):
+            out.append(b"MSG s.x %d %s 1\r\np\r\n" % (SID, reply))
+            continue
+        key = {"key char": b"Nats(Msg-Id", "other key": b"Nats-Msg-Iq", "stream key": b"Nats-Stream"}.get(change or "", first_key)
+        value = bytes(draw(st.lists(st.sampled_from(_VALID_VALUE), min_size=width, max_size=width)))
+        if value.endswith((b" ", b"\t")):
+            value = value[:-1] + b"v"
+        row_sep = sep
+        if change == "value char":
+            value = value[:-1] + draw(st.sampled_from([b"\x7f", b"\x80", b"\x1f", b"\xff", b"\r"]))
+        elif change == "trailing blank":
+            value = value[:-1] + draw(st.sampled_from([b" ", b"\t"]))
+        elif change == "value tab":
+            value = b"\t" + value[1:]
+        elif change == "stream key" and sep == b":":
+            row_sep, value = b": ", value[1:]  # (same length, now refused by the look-ahead)
+        block = b"NATS/1.0\r\n%s%s%s\r\n\r\n" % (key, row_sep, value)
+        if i and draw(st.integers(0, 19)) == 0:
+            block = block[:-2] + b"X: y\r\n\r\n"  # (another length)
+        out.append(b"HMSG s.x %d %s %d %d\r\n%sp\r\n" % (SID, reply, len(block), len(block) + 1, block))
+    return b"".join(out)
+
+
+def _alike(*lines: bytes, seqs: tuple[bytes, ...] = ()) -> bytes:
+    """HMSG deliveries with one header line each (``lines``), the ack numbers ``seqs``."""
+    out = []
+    for i, line in enumerate(lines):
+        seq = seqs[i] if seqs else b"%d" % (111111 * (i + 1))
+        block = b"NATS/1.0\r\n%s\r\n\r\n" % line
+        reply = b"$JS.ACK.S.OC_x_1.1.%s.%s.%d.0" % (seq, seq, _STAMP)
+        out.append(b"HMSG s.x %d %s %d %d\r\n%sp\r\n" % (SID, reply, len(block), len(block) + 1, block))
+    return b"".join(out)
+
+
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@example(data=b"".join(delivery(s, headed=True, payload=b"p") for s in range(100, 140)))
+@example(data=_alike(b"Nats-Stream:vvv", b"Nats-Stream:vvv", b"Nats-Stream: vv", b"Nats-Stream:vvv"))
+@example(data=_alike(b"K: v", b"K: v", b"K: v", seqs=(b"111", b"222", b"033", b"444")))
+@given(data=alike_rests_run())
+def test_rests_checked_as_a_matrix_refuse_what_the_pattern_refuses(data: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bulk, "_TEMPLATE_ROWS", 2)  # (every group of two or more as a matrix; the same for each input)
+    assert parse(True, data, [])[:4] == parse(False, data, [])[:4]
+
+
+def test_rests_of_one_length_are_checked_as_a_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long run of alike rests is matched by the pattern for its first row only; a row
+    the matrix refuses makes its group matched whole (and the run end before that row)."""
+    calls: list[tuple[int, int]] = []
+    patterns = protocol._BULK_PATTERNS
+    full = patterns.hmsg_rests
+
+    def counted(rests: bytes, start: int, end: int) -> object:
+        calls.append((start, end))
+        return full(rests, start, end)
+
+    monkeypatch.setattr(protocol, "_BULK_PATTERNS", patterns._replace(hmsg_rests=counted))
+    data = b"".join(delivery(s, headed=True, payload=b"p") for s in range(100, 200))
+    msgs, _, error, _, in_bulk = parse(True, data, [])
+    assert error is None and in_bulk == 100 and len(msgs) == 100
+    [(start, end)] = calls
+    assert end - start == len(b"1.100.100.1764662400123456889.800 30 31\r\nNATS/1.0\r\nNats-Msg-Id: w-100\r\n\r\n")
+    calls.clear()
+    bad = data.replace(b"Nats-Msg-Id: w-150", b"Nats-Msg-Id: w-15 ")  # (a trailing blank: refused)
+    assert parse(True, bad, [])[:4] == parse(False, bad, [])[:4]
+    assert len(calls) == 2 and calls[1][0] == 0  # (the first row, then the group whole)
