@@ -911,8 +911,16 @@ def read_range(config: NatsConfig, ropts: ReadOptions, part: SeqRange) -> Iterat
         yield (subject, data, _headers_dict(headers), stream, seq, _stamp_value(time))
 
 
-ARROW_BATCH_ROWS: Final = 4096
-"""Rows per Arrow record batch handed to Spark by the readers."""
+ARROW_BATCH_ROWS: Final = 16384
+"""Rows per Arrow record batch handed to Spark by the readers, at most (see
+:data:`ARROW_BATCH_BYTES`). Each batch costs the task and the JVM a few dozen Arrow calls
+whatever its length: a Spark read of 128-byte messages spent 0.2 us a row less in its
+workers with 16,384 than with 4,096."""
+
+ARROW_BATCH_BYTES: Final = 8 << 20
+"""Bytes of messages (as the server counts them) from which :func:`read_range_arrow` hands over
+what it holds though fewer than :data:`ARROW_BATCH_ROWS` rows: a task's batches stay within
+about this much whatever the messages' size."""
 
 
 _RECORD_COLUMNS: Final = tuple(itemgetter(i) for i in range(5))
@@ -997,6 +1005,7 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
     # costs a few Arrow calls whatever its length.
     made: list[Any] = []  # record batches not handed over yet, fewer than ``rows`` rows in all
     count = 0  # rows in made, held and runs
+    size = 0  # bytes of the messages in held and runs (as the server counts them), and of made
     held: list[Record] = []  # record tuples after made, not made yet
     runs: list[DeliveryColumns] = []  # runs after made (of one consumer, all HMSG or all MSG), not made yet
 
@@ -1017,11 +1026,23 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
                         make_runs()
                     runs.append(item)
                     count += item.count
+                    size += item.size
                 else:
                     make_runs()
                     held.append(item)
                     count += 1
-            if count < rows:
+                    size += len(item[0]) + len(item[1])
+            if count < rows and size < ARROW_BATCH_BYTES:
+                continue
+            if count < rows:  # (large messages: what is held goes now, in one batch)
+                if held:
+                    made.append(batch(held))
+                    held = []
+                make_runs()
+                full, rest, _ = _rebatch(made, rows, schema)
+                yield from full
+                yield from rest
+                made, count, size = [], 0, 0
                 continue
             if runs and not made and not held:  # (only runs: batches of ``rows`` rows from them joined)
                 run = bulk.joined(runs)
@@ -1034,12 +1055,14 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
                 else:
                     runs.append(run)
                 count = sum(r.count for r in runs)
+                size = sum(r.size for r in runs)
                 continue
             if held:
                 made.append(batch(held))
                 held = []
             make_runs()
             full, made, count = _rebatch(made, rows, schema)
+            size = sum(b.nbytes for b in made)
             yield from full
     finally:
         batches.close()

@@ -768,6 +768,29 @@ def test_arrow_read_of_runs_read_in_bulk_is_the_read_one_by_one(
     assert [r["seq"] for b in part for r in b.to_pylist()] == list(range(1, 2346))
 
 
+def test_arrow_read_of_large_messages_hands_over_what_it_holds_past_its_byte_bound(
+    nats_url: str, js: Any, names: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task does not hold ARROW_BATCH_ROWS rows of any size: past ARROW_BATCH_BYTES of
+    messages it hands over what it holds (every row once, in order), pull by pull."""
+    from jssync.spark._config import NatsConfig
+
+    js.create_stream(name=names.stream, subjects=[f"{names.subject}.>"])
+    n = 60
+    for i in range(n):
+        js.publish_async(f"{names.subject}.x", b"%03d" % i + b"p" * 500, msg_id=f"m-{i}" if i % 7 else None)
+    js.publish_async_complete(timeout=30)
+    config = NatsConfig(servers=(nats_url,))
+    ropts = ReadOptions(stream=names.stream, fetch_batch=5)
+    whole = list(dsmod.read_range_arrow(config, ropts, SeqRange(0, 1, n)))
+    assert [b.num_rows for b in whole] == [n]  # (60 rows of 500 B: under both bounds)
+    monkeypatch.setattr(dsmod, "ARROW_BATCH_BYTES", 2000)
+    bounded = list(dsmod.read_range_arrow(config, ropts, SeqRange(0, 1, n)))
+    assert len(bounded) >= n // 5 and all(b.num_rows <= 5 for b in bounded)  # (each pull of 5 is over 2000 B)
+    assert [r for b in bounded for r in b.to_pylist()] == [r for b in whole for r in b.to_pylist()]
+    assert [r["seq"] for b in bounded for r in b.to_pylist()] == list(range(1, n + 1))
+
+
 def test_rebatch_keeps_every_row_in_order_in_batches_of_at_most_rows() -> None:
     """The Arrow reader's batches of ``rows`` rows out of runs of any size, the rest held back:
     every row once, in order, also when a column stays in several chunks (as Arrow leaves a
