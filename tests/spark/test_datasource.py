@@ -789,6 +789,11 @@ def test_arrow_read_of_large_messages_hands_over_what_it_holds_past_its_byte_bou
     assert len(bounded) >= n // 5 and all(b.num_rows <= 5 for b in bounded)  # (each pull of 5 is over 2000 B)
     assert [r for b in bounded for r in b.to_pylist()] == [r for b in whole for r in b.to_pylist()]
     assert [r["seq"] for b in bounded for r in b.to_pylist()] == list(range(1, n + 1))
+    # A read that decodes its payloads holds no more than that either.
+    text = ReadOptions(stream=names.stream, value_format="string")
+    decoded = list(dsmod.read_range_decoded(config, text, SeqRange(0, 1, n)))
+    assert all(b.num_rows <= 4 for b in decoded)  # (the 4th row's payload takes it past 2000 bytes)
+    assert [r["seq"] for b in decoded for r in b.to_pylist()] == list(range(1, n + 1))
 
 
 def test_rebatch_keeps_every_row_in_order_in_batches_of_at_most_rows() -> None:
