@@ -427,23 +427,31 @@ def _rests_match(
     one length in a row are one matrix: when the pattern matches the first, each other row
     matches it exactly when it has the first's bytes in its ``_LITERAL`` columns, digits and
     value characters in the others, and none of the leading zeros or trailing blanks the
-    pattern refuses (:func:`_rest_template`): every piece then has the first's bounds. A group
-    that is not such a matrix is matched by the pattern."""
+    pattern refuses (:func:`_rest_template`): every piece then has the first's bounds. What is
+    not in such a matrix (groups of fewer than ``_TEMPLATE_ROWS`` rows, or that do not fit) is
+    matched by the pattern, the rows between two matrices in one match."""
     np = _np
     k = len(lens)
     cut = np.flatnonzero(lens[1:] != lens[:-1]) + 1
-    bounds = [0, *cut.tolist(), k]
-    for i in range(len(bounds) - 1):
-        a0, a1 = bounds[i], bounds[i + 1]
-        start, width, rows = int(rest_at[a0]), int(lens[a0]), a1 - a0
-        end = start + rows * width
-        if rows >= _TEMPLATE_ROWS and full(rests, start, start + width) is not None:
-            template = _rest_template(rests[start : start + width], headed)
-            if template is not None and _rows_alike(r[start:end].reshape(rows, width), *template):
-                continue
-        if full(rests, start, end) is None:
+    firsts = np.empty(len(cut) + 1, np.int64)
+    firsts[0] = 0
+    firsts[1:] = cut
+    lasts = np.empty_like(firsts)
+    lasts[:-1] = cut
+    lasts[-1] = k
+    done = 0  # the rows before it are checked
+    for g in np.flatnonzero(lasts - firsts >= _TEMPLATE_ROWS).tolist():
+        a0, a1 = int(firsts[g]), int(lasts[g])
+        start, width = int(rest_at[a0]), int(lens[a0])
+        if full(rests, start, start + width) is None:
+            continue
+        template = _rest_template(rests[start : start + width], headed)
+        if template is None or not _rows_alike(r[start : start + (a1 - a0) * width].reshape(a1 - a0, width), *template):
+            continue
+        if a0 > done and full(rests, int(rest_at[done]), start) is None:
             return False
-    return True
+        done = a1
+    return done == k or full(rests, int(rest_at[done]), len(rests)) is not None
 
 
 def _rows_alike(m: Any, codes: Any, lead: Any, tail: Any) -> bool:

@@ -438,3 +438,26 @@ def test_rests_of_one_length_are_checked_as_a_matrix(monkeypatch: pytest.MonkeyP
     bad = data.replace(b"Nats-Msg-Id: w-150", b"Nats-Msg-Id: w-15 ")  # (a trailing blank: refused)
     assert parse(True, bad, [])[:4] == parse(False, bad, [])[:4]
     assert len(calls) == 2 and calls[1][0] == 0  # (the first row, then the group whole)
+
+
+def test_rests_between_matrices_are_matched_in_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows of changing lengths (no matrix) cost one match for all of them, not one each."""
+    calls: list[tuple[int, int]] = []
+    patterns = protocol._BULK_PATTERNS
+    full = patterns.hmsg_rests
+
+    def counted(rests: bytes, start: int, end: int) -> object:
+        calls.append((start, end))
+        return full(rests, start, end)
+
+    monkeypatch.setattr(protocol, "_BULK_PATTERNS", patterns._replace(hmsg_rests=counted))
+    ids = [b"a" * 5] * 40 + [b"b" * (1 + i % 2) for i in range(6)] + [b"c" * 5] * 40
+    data = _alike(*(b"Nats-Msg-Id: " + i for i in ids), seqs=tuple(b"%d" % (100 + n) for n in range(len(ids))))
+    msgs, _, error, _, in_bulk = parse(True, data, [])
+    assert error is None and in_bulk == len(ids) and parse(False, data, [])[:4] == parse(True, data, [])[:4]
+    first, second, between = calls[:3]
+    assert first[0] == 0 and between == (first[0] + 40 * (first[1] - first[0]), second[0])  # (the six in one match)
+    alternating = _alike(*(b"K: " + b"v" * (1 + n % 2) for n in range(50)))
+    calls.clear()
+    assert parse(True, alternating, [])[4] == 50
+    assert len(calls) == 1  # (no group of 32: the whole run in one match)
