@@ -380,24 +380,27 @@ _DIGIT: Final = 1
 _VALUE: Final = 2
 
 
-def _rest_template(first: bytes, headed: bool) -> tuple[Any, Any, Any] | None:
+def _rest_template(first: bytes, headed: bool) -> tuple[Any, Any, Any, list[tuple[int, int]]] | None:
     """What each byte of a rest like ``first`` (which the rests pattern matches) must be for
     the pattern to match it too: per column, the same byte as ``first`` (``_LITERAL``: the
     dots, spaces, line ends, ``NATS/1.0``, each header line's key and colon), a digit
     (``_DIGIT``: the five ack numbers, the sizes) or a header value's character (``_VALUE``);
     and the columns that must not be ``0`` (the first digit of an ack number of two digits
-    or more) or a space or tab (a header value's last character). None when the pattern's
+    or more) or a space or tab (a header value's last character); and where the stream
+    sequence, the consumer sequence and the time stamp are. None when the pattern's
     look-ahead may see a difference (a first line ``Nats-Stream:``): those are matched."""
     np = _np
     codes = np.zeros(len(first), np.uint8)
     lead: list[int] = []
     tail: list[int] = []
+    numbers: list[tuple[int, int]] = []
     sp = first.index(b" ")
     at = 0
     for dot in [*(i for i in range(sp) if first[i] == 46), sp]:  # (the ack numbers: 0 or no leading zero)
         codes[at:dot] = _DIGIT
         if dot - at > 1:
             lead.append(at)
+        numbers.append((at, dot))
         at = dot + 1
     cr = first.index(b"\r\n", sp)
     if headed:
@@ -416,20 +419,26 @@ def _rest_template(first: bytes, headed: bool) -> tuple[Any, Any, Any] | None:
             at = end + 2
     else:
         codes[sp + 1 : cr] = _DIGIT
-    return codes, np.array(lead, np.intp), np.array(tail, np.intp)
+    return codes, np.array(lead, np.intp), np.array(tail, np.intp), numbers[1:4]
+
+
+Matrix = tuple[int, int, Any, list[tuple[int, int]]]
+"""Rows ``[a0, a1)`` of a run checked as a matrix: the matrix and where its stream sequence,
+consumer sequence and time stamp columns are."""
 
 
 def _rests_match(
     rests: bytes, r: Any, lens: Any, rest_at: Any, full: Callable[[bytes, int, int], object], headed: bool
-) -> bool:
-    """Whether ``full`` (:func:`run_matcher` of the rests pattern) matches ``rests``, the rests
-    of ``len(lens)`` frames joined (``r`` as bytes, each at ``rest_at`` for ``lens``). Rests of
-    one length in a row are one matrix: when the pattern matches the first, each other row
-    matches it exactly when it has the first's bytes in its ``_LITERAL`` columns, digits and
-    value characters in the others, and none of the leading zeros or trailing blanks the
-    pattern refuses (:func:`_rest_template`): every piece then has the first's bounds. What is
-    not in such a matrix (groups of fewer than ``_TEMPLATE_ROWS`` rows, or that do not fit) is
-    matched by the pattern, the rows between two matrices in one match."""
+) -> list[Matrix] | None:
+    """The matrices ``full`` (:func:`run_matcher` of the rests pattern) was spared, if it matches
+    ``rests``, the rests of ``len(lens)`` frames joined (``r`` as bytes, each at ``rest_at`` for
+    ``lens``); None if it does not. Rests of one length in a row are one matrix: when the
+    pattern matches the first, each other row matches it exactly when it has the first's bytes
+    in its ``_LITERAL`` columns, digits and value characters in the others, and none of the
+    leading zeros or trailing blanks the pattern refuses (:func:`_rest_template`): every piece
+    then has the first's bounds. What is not in such a matrix (groups of fewer than
+    ``_TEMPLATE_ROWS`` rows, or that do not fit) is matched by the pattern, the rows between two
+    matrices in one match."""
     np = _np
     k = len(lens)
     cut = np.flatnonzero(lens[1:] != lens[:-1]) + 1
@@ -440,18 +449,33 @@ def _rests_match(
     lasts[:-1] = cut
     lasts[-1] = k
     done = 0  # the rows before it are checked
+    matrices: list[Matrix] = []
     for g in np.flatnonzero(lasts - firsts >= _TEMPLATE_ROWS).tolist():
         a0, a1 = int(firsts[g]), int(lasts[g])
         start, width = int(rest_at[a0]), int(lens[a0])
         if full(rests, start, start + width) is None:
             continue
         template = _rest_template(rests[start : start + width], headed)
-        if template is None or not _rows_alike(r[start : start + (a1 - a0) * width].reshape(a1 - a0, width), *template):
+        if template is None:
+            continue
+        m = r[start : start + (a1 - a0) * width].reshape(a1 - a0, width)
+        if not _rows_alike(m, *template[:3]):
             continue
         if a0 > done and full(rests, int(rest_at[done]), start) is None:
-            return False
+            return None
+        matrices.append((a0, a1, m, template[3]))
         done = a1
-    return done == k or full(rests, int(rest_at[done]), len(rests)) is not None
+    if done == k or full(rests, int(rest_at[done]), len(rests)) is not None:
+        return matrices
+    return None
+
+
+def _column_numbers(digits: Any) -> Any:
+    """The numbers whose digits (checked, at most 19 each) are the rows of ``digits`` (uint8),
+    as ``uint64``."""
+    np = _np
+    w = digits.shape[1]
+    return (digits - 48).astype(np.uint64) @ (np.uint64(10) ** np.arange(w - 1, -1, -1, dtype=np.uint64))
 
 
 def _rows_alike(m: Any, codes: Any, lead: Any, tail: Any) -> bool:
@@ -648,14 +672,22 @@ def read_deliveries(
         one_line = int(crlf.sum()) == 4 * k  # (the control line's, NATS/1.0's, one line's, the last)
     else:
         one_line = False
-    if not _rests_match(rests, r, lens, rest_at, patterns.hmsg_rests if headed else patterns.msg_rests, headed):
+    matrices = _rests_match(rests, r, lens, rest_at, patterns.hmsg_rests if headed else patterns.msg_rests, headed)
+    if matrices is None:
         return None
     # 4. The numbers; the rest is taken out when asked for.
-    # The stream sequence, consumer sequence and time stamp of each, in one cast: each rest
-    # starts with the ack subject's five numbers (matched), so its first four dots part them.
-    dots = np.flatnonzero(r == 46)
-    nums_dots = dots[np.searchsorted(dots, rest_at)[:, None] + np.arange(4)[None, :]]
-    nums = _checked_numbers(pa.py_buffer(rests), (nums_dots[:, :3] + 1).ravel(), nums_dots[:, 1:].ravel()).to_numpy().reshape(k, 3)
+    # The stream sequence, consumer sequence and time stamp of each: from the matrices' columns
+    # when they hold every row, else in one cast (each rest starts with the ack subject's five
+    # numbers, matched, so its first four dots part them).
+    if sum(a1 - a0 for a0, a1, _, _ in matrices) == k:
+        nums = np.empty((k, 3), np.uint64)
+        for a0, a1, m, spans in matrices:
+            for j, (b, e) in enumerate(spans):
+                nums[a0:a1, j] = _column_numbers(m[:, b:e])
+    else:
+        dots = np.flatnonzero(r == 46)
+        nums_dots = dots[np.searchsorted(dots, rest_at)[:, None] + np.arange(4)[None, :]]
+        nums = _checked_numbers(pa.py_buffer(rests), (nums_dots[:, :3] + 1).ravel(), nums_dots[:, 1:].ravel()).to_numpy().reshape(k, 3)
     name = patterns.consumer_name(first.group(4))
     sizes = total + (s1 - subject_at) + (s3 - s2 - 1)
     return DeliveryColumns(
