@@ -643,12 +643,5 @@ class Session:
             err.__cause__ = e.error
             cmd = ConnectionClosed(error=err)
         for slot in tuple(self._slots.values()):
-            if slot.id not in self._slots:
-                continue
-            self._mark(slot)
-            try:
-                slot.machine.handle(cmd, now)
-            except Exception as exc:  # noqa: BLE001
-                self._fail(slot, exc, "internal error")
-                continue
-            self._after(slot)
+            if slot.id in self._slots:
+                self._tell(slot, cmd, now)

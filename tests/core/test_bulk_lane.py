@@ -417,9 +417,8 @@ def test_rests_checked_as_a_matrix_refuse_what_the_pattern_refuses(data: bytes, 
     assert parse(True, data, [])[:4] == parse(False, data, [])[:4]
 
 
-def test_rests_of_one_length_are_checked_as_a_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A long run of alike rests is matched by the pattern for its first row only; a row
-    the matrix refuses makes its group matched whole (and the run end before that row)."""
+def _counted_rest_matches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Where the HMSG rests pattern is called from now on: ``(start, end)`` of each call."""
     calls: list[tuple[int, int]] = []
     patterns = protocol._BULK_PATTERNS
     full = patterns.hmsg_rests
@@ -429,6 +428,13 @@ def test_rests_of_one_length_are_checked_as_a_matrix(monkeypatch: pytest.MonkeyP
         return full(rests, start, end)
 
     monkeypatch.setattr(protocol, "_BULK_PATTERNS", patterns._replace(hmsg_rests=counted))
+    return calls
+
+
+def test_rests_of_one_length_are_checked_as_a_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long run of alike rests is matched by the pattern for its first row only; a row
+    the matrix refuses makes its group matched whole (and the run end before that row)."""
+    calls = _counted_rest_matches(monkeypatch)
     data = b"".join(delivery(s, headed=True, payload=b"p") for s in range(100, 200))
     msgs, _, error, _, in_bulk = parse(True, data, [])
     assert error is None and in_bulk == 100 and len(msgs) == 100
@@ -442,15 +448,7 @@ def test_rests_of_one_length_are_checked_as_a_matrix(monkeypatch: pytest.MonkeyP
 
 def test_rests_between_matrices_are_matched_in_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows of changing lengths (no matrix) cost one match for all of them, not one each."""
-    calls: list[tuple[int, int]] = []
-    patterns = protocol._BULK_PATTERNS
-    full = patterns.hmsg_rests
-
-    def counted(rests: bytes, start: int, end: int) -> object:
-        calls.append((start, end))
-        return full(rests, start, end)
-
-    monkeypatch.setattr(protocol, "_BULK_PATTERNS", patterns._replace(hmsg_rests=counted))
+    calls = _counted_rest_matches(monkeypatch)
     ids = [b"a" * 5] * 40 + [b"b" * (1 + i % 2) for i in range(6)] + [b"c" * 5] * 40
     data = _alike(*(b"Nats-Msg-Id: " + i for i in ids), seqs=tuple(b"%d" % (100 + n) for n in range(len(ids))))
     msgs, _, error, _, in_bulk = parse(True, data, [])
