@@ -418,7 +418,9 @@ def test_rests_checked_as_a_matrix_refuse_what_the_pattern_refuses(data: bytes, 
 
 
 def _counted_rest_matches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """Where the HMSG rests pattern is called from now on: ``(start, end)`` of each call."""
+    """Where the HMSG rests pattern is called from now on: ``(start, end)`` of each call (and
+    groups of 32 rows or more are matrices)."""
+    monkeypatch.setattr(bulk, "_TEMPLATE_ROWS", 32)
     calls: list[tuple[int, int]] = []
     patterns = protocol._BULK_PATTERNS
     full = patterns.hmsg_rests
@@ -459,3 +461,16 @@ def test_rests_between_matrices_are_matched_in_one_call(monkeypatch: pytest.Monk
     calls.clear()
     assert parse(True, alternating, [])[4] == 50
     assert len(calls) == 1  # (no group of 32: the whole run in one match)
+
+
+def test_a_socket_read_of_alike_rests_is_one_matrix_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    shipped = bulk._TEMPLATE_ROWS
+    calls = _counted_rest_matches(monkeypatch)
+    monkeypatch.setattr(bulk, "_TEMPLATE_ROWS", shipped)
+    data = b"".join(delivery(s, headed=True, payload=b"p" * 100) for s in range(1000, 1300))
+    msgs, cursors, error, _, in_bulk = parse(True, data, [])
+    assert error is None and in_bulk == 300 and (msgs, cursors) == parse(False, data, [])[:2]
+    # The lane's first bulk read looks at 256 frames: one matrix (its first row matched), then
+    # a read of the 44 left: fewer than a matrix takes, one match.
+    width = calls[0][1]
+    assert calls == [(0, width), (0, 44 * width)]
