@@ -256,14 +256,13 @@ class _Entry:
 
 
 class _Sub:
-    __slots__ = ("subject", "queue", "max_msgs", "delivered", "draining")
+    __slots__ = ("subject", "queue", "max_msgs", "delivered")
 
     def __init__(self, subject: bytes, queue: bytes | None, max_msgs: int | None) -> None:
         self.subject = subject
         self.queue = queue
         self.max_msgs = max_msgs
         self.delivered = 0
-        self.draining = False  # UNSUB sent; its messages still count until the fence's PONG
 
 
 class Stats(msgspec.Struct, kw_only=True):
@@ -315,7 +314,9 @@ class Connection:
         self._next_sid = 1
         self._pings: deque[int | None] = deque()  # outstanding PINGs: flush token or None
         self._unsent_flushes: list[int] = []
-        self._drains: dict[int, int] = {}  # flush token -> sid of a subscription being drained
+        # flush token -> sid of a subscription being drained (UNSUB sent; its messages still
+        # come until that token's PONG)
+        self._drains: dict[int, int] = {}
         self._next_flush = 1
         self._pings_out = 0
         self._timers: dict[str, float] = {}
@@ -828,7 +829,7 @@ class Connection:
         sub = self._subs.get(sid)
         if sub is None:
             return
-        if sub.draining:
+        if self._drains and sid in self._drains.values():
             self._forget_sub(sid)  # (its UNSUB went out already)
             return
         self._lane.disarm(sid)
@@ -848,8 +849,7 @@ class Connection:
         returns, and the subscription is forgotten with that ``FlushCompleted``. None when
         nothing can still arrive (unknown sid, or not connected: the subscription is forgotten
         at once and not renewed by a reconnect)."""
-        sub = self._subs.get(sid)
-        if sub is None or sub.draining:
+        if sid not in self._subs or sid in self._drains.values():
             return None
         if self.state is not State.CONNECTED:
             self._forget_sub(sid)
@@ -858,7 +858,6 @@ class Connection:
         if self._submitted:
             self._take_submitted()
         self._out += encode_unsub(sid, None)
-        sub.draining = True
         token = self.flush()
         self._drains[token] = sid
         return token

@@ -269,14 +269,9 @@ class Session:
         slot = self._slots.get(slot_id)
         if slot is None:
             return
-        self._mark(slot)
-        try:
-            slot.machine.handle(command, now)
-        except Exception as exc:  # noqa: BLE001
-            self._fail(slot, exc, "internal error")
+        if not self._tell(slot, command, now):
             self._refresh()
             return
-        self._after(slot)
         if command.__class__ is Drain and slot.id in self._slots:
             self._drain_inbox(slot, now)
         self._refresh()
@@ -461,14 +456,17 @@ class Session:
             self._close_inbox(slot)
             self._tell(slot, INBOX_DRAINED, now)
 
-    def _tell(self, slot: _Slot, command: Any, now: float) -> None:
+    def _tell(self, slot: _Slot, command: Any, now: float) -> bool:
+        """Hand ``command`` to the machine and act on what it queued; False if it raised (it
+        is ended as failed)."""
         self._mark(slot)
         try:
             slot.machine.handle(command, now)
         except Exception as exc:  # noqa: BLE001
             self._fail(slot, exc, "internal error")
-            return
+            return False
         self._after(slot)
+        return True
 
     def _close_inbox(self, slot: _Slot) -> None:
         sid = slot.sid

@@ -922,7 +922,7 @@ DECODED_BATCH_ROWS: Final = 4096
 whose rows are Python values until a batch is built), at most (see :data:`ARROW_BATCH_BYTES`)."""
 
 ARROW_BATCH_BYTES: Final = 8 << 20
-"""Bytes of messages (as the server counts them) from which :func:`read_range_arrow` hands over
+"""Bytes of messages (about: as the server counts them, or their subjects and payloads) from which :func:`read_range_arrow` hands over
 what it holds though fewer than :data:`ARROW_BATCH_ROWS` rows: a task's batches stay within
 about this much whatever the messages' size."""
 
@@ -1009,7 +1009,7 @@ def read_range_arrow(config: NatsConfig, ropts: ReadOptions, part: SeqRange, row
     # costs a few Arrow calls whatever its length.
     made: list[Any] = []  # record batches not handed over yet, fewer than ``rows`` rows in all
     count = 0  # rows in made, held and runs
-    size = 0  # bytes of the messages in held and runs (as the server counts them), and of made
+    size = 0  # about the bytes of made, held and runs (runs as the server counts them)
     held: list[Record] = []  # record tuples after made, not made yet
     runs: list[DeliveryColumns] = []  # runs after made (of one consumer, all HMSG or all MSG), not made yet
 
