@@ -993,15 +993,16 @@ def msg_id_frame_encoder(
     msg_id_prefix: bytes,
     max_payload: int,
     too_big: Callable[[int, int, int], BaseException] = _frame_too_big,
-) -> Callable[[int, bytes], bytes]:
+) -> Callable[..., bytes]:
     """The frame encoder of a bulk publisher: ``encode(n, payload)`` is the ``HPUB`` to
     ``subject`` replying to ``reply_prefix + n`` whose one header is
     ``Nats-Msg-Id: msg_id_prefix + n``, as :func:`encode_hpub` with :data:`MSG_ID_BLOCK_FMT`
-    would build it. Subject, reply prefix and msg id prefix go into a format string once, so
-    each frame costs one ``%`` with five arguments. A frame whose header block + payload
-    exceeds ``max_payload`` raises ``too_big(n, size, max_payload)`` instead.
+    would build it; ``encode(n, payload, token)`` replies to ``reply_prefix + token`` instead
+    (a batch's shared token, as bytes). Subject, reply prefix and msg id prefix go into a
+    format string once, so each frame costs one ``%`` with five arguments. A frame whose header
+    block + payload exceeds ``max_payload`` raises ``too_big(n, size, max_payload)`` instead.
 
-    ``subject`` and ``reply_prefix + n`` must be valid publish subjects and
+    ``subject`` and ``reply_prefix + n`` (or ``+ token``) must be valid publish subjects and
     ``msg_id_prefix + n`` a valid msg id; the caller checks them once."""
     fmt = (
         b"HPUB %s %s" % (subject.replace(b"%", b"%%"), reply_prefix.replace(b"%", b"%%"))
@@ -1011,13 +1012,13 @@ def msg_id_frame_encoder(
     )
     base = _MSG_ID_BLOCK_HEAD + len(msg_id_prefix)  # the header block's size, but the index digits
 
-    def encode(index: int, payload: bytes) -> bytes:
+    def encode(index: int, payload: bytes, token: bytes | None = None) -> bytes:
         ib = b"%d" % index
         hl = base + len(ib)
         size = hl + len(payload)
         if size > max_payload:
             raise too_big(index, size, max_payload)
-        return fmt % (ib, hl, size, ib, payload)
+        return fmt % (token or ib, hl, size, ib, payload)
 
     return encode
 

@@ -926,6 +926,19 @@ class FrameWindow:
     Room: at most ``max_pending`` frames and ``max_bytes`` bytes of frames in flight
     (:attr:`bytes_in_flight`); :attr:`has_room` is False at either, so what a writer holds is
     bounded by ``max_bytes`` plus the batch it adds last, whatever the size of its messages.
+
+    ``shared_replies``: the frames of one :meth:`sent` batch share one reply subject, whose
+    token is the batch's first token (every frame's reply subject ends with it). nats-server
+    pays for every distinct reply subject it answers (a lookup of its subscription, not cached
+    when each subject is new); one per batch costs it about a fifth less per message. The
+    batch is settled as a whole: each send of a frame is answered at most once, so once as
+    many PubAcks (or, in subject mode, 10077) as the batch has frames have come on its token,
+    every frame of it is stored. Whatever else happens to a batch (a transient answer, a
+    missed deadline, a reconnect) re-sends **all** its frames, under a new token
+    (:attr:`reply_prefix` + a number above every first token): answers to the old one are
+    ignored from then on, so no answer is counted for the wrong send, and the frames that were
+    stored come back as duplicates. A definite refusal fails the window with the whole batch
+    (:attr:`failed_tokens`): which of its frames was refused is not known.
     """
 
     __slots__ = (
@@ -943,11 +956,15 @@ class FrameWindow:
         "resent",
         "failure",
         "failed_token",
+        "failed_tokens",
+        "groups",
+        "reply_prefix",
         "transient_budget",
         "policy",
         "_deadlines",
         "_retry",
         "_trouble",
+        "_next_reply",
     )
 
     def __init__(
@@ -960,6 +977,7 @@ class FrameWindow:
         per_subject_dedup: bool = False,
         transient_budget: float | None = None,
         max_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        shared_replies: bool = False,
     ) -> None:
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
             raise InvalidOptionError(f"max_pending must be an int >= 1, got {max_pending!r}")
@@ -991,6 +1009,12 @@ class FrameWindow:
         self.resent = 0
         self.failure: BaseException | None = None
         self.failed_token: int | None = None
+        self.failed_tokens: Sequence[int] = ()  # the failure's frames (a whole batch with shared_replies)
+        # shared_replies: reply token -> the batch of frames answering on it; and reply_prefix,
+        # what a frame's reply subject is before its token (the caller sets it)
+        self.groups: dict[int, _Batch] | None = {} if shared_replies else None
+        self.reply_prefix = b""
+        self._next_reply = _RESEND_TOKENS
         self._deadlines: deque[tuple[float, Iterable[int]]] = deque()  # batches, oldest first
         self._retry: dict[int, float] = {}  # token -> not before (its frame stays in .frames)
         self._trouble: dict[int, Trouble] = {}  # tokens that met trouble (see PublishPolicy)
@@ -1015,15 +1039,28 @@ class FrameWindow:
         (half of what is in flight, so refills come in large writes)."""
         return min(self.max_pending, len(self.frames)) // 2
 
-    def sent(self, tokens: Iterable[int], frames: Sequence[bytes], now: float) -> None:
-        """A batch of new frames was written (or queued for the next connection)."""
+    def sent(self, tokens: Sequence[int], frames: Sequence[bytes], now: float) -> None:
+        """A batch of new frames was written (or queued for the next connection). With
+        ``shared_replies`` their reply token is ``tokens[0]``."""
         self.frames.update(zip(tokens, frames))
         self.bytes_in_flight += sum(map(len, frames))
+        groups = self.groups
+        if groups is not None:
+            if not tokens:
+                return
+            reply = tokens[0]
+            if reply >= _RESEND_TOKENS or reply in groups:
+                raise ValueError(f"token {reply} is not a new batch's first token")
+            groups[reply] = _Batch(tokens)
+            self._deadlines.append((now + self.ack_timeout, (reply,)))
+            return
         self._deadlines.append((now + self.ack_timeout, tokens))
 
     def receive_ack(self, token: int, data: bytes, status: int | None, now: float) -> bool:
         """A message on the reply inbox. True when the caller's waiting thread should look:
         the window went down to :attr:`wake_level`, a re-send was scheduled, or it failed."""
+        if self.groups is not None:
+            return self._batch_reply(token, data, status, now)
         frames = self.frames
         if token not in frames:
             return False  # a late ack: the token was settled by the answer to another copy
@@ -1063,9 +1100,148 @@ class FrameWindow:
     def receive_puback(self, token: int, duplicate: bool) -> bool:
         """A PubAck for ``token`` read in the connection's ack lane: :meth:`receive_ack`'s
         common case."""
+        groups = self.groups
+        if groups is not None:
+            batch = groups.get(token)
+            if batch is None or token in self._retry:
+                return False  # late, or an answer to a send that is to be repeated
+            batch.answered += 1
+            if duplicate:
+                batch.duplicates += 1
+            if batch.answered < len(batch.tokens):
+                return False
+            return self._batch_stored(token, batch)
         if token not in self.frames:
             return False  # late (see receive_ack)
         return self._stored(token, duplicate)
+
+    # -- shared replies: a batch answers on one token
+
+    def _batch_reply(self, reply: int, data: bytes, status: int | None, now: float) -> bool:
+        """receive_ack with shared_replies: ``reply`` is a batch's token."""
+        assert self.groups is not None
+        batch = self.groups.get(reply)
+        if batch is None or reply in self._retry:
+            return False  # late, or the batch is to be sent again (its answers no longer count)
+        if status is None:
+            try:
+                fields = _ack_fields_decoder.decode(data)
+            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+                pass
+            else:
+                if fields.error is None and fields.seq > 0 and fields.stream:
+                    return self.receive_puback(reply, bool(fields.duplicate))
+        answer = classify_reply(data, status)
+        if answer.ack is not None:
+            return self.receive_puback(reply, bool(answer.ack.duplicate))
+        trouble = self._trouble.get(reply)
+        if trouble is None:
+            trouble = self._trouble[reply] = Trouble()
+        decision = self.policy.on_reply(trouble, answer.disposition, answer.error, msg_id=True, now=now)
+        if decision.outcome is PENDING:
+            self._retry[reply] = decision.at
+            return True
+        if decision.outcome is DUPLICATE:
+            return self.receive_puback(reply, True)
+        assert decision.error is not None
+        return self._batch_failed(reply, decision.error, exhausted=trouble.resends)
+
+    def _batch_stored(self, reply: int, batch: _Batch) -> bool:
+        assert self.groups is not None
+        del self.groups[reply]
+        if self._trouble:
+            self._trouble.pop(reply, None)
+        pop = self.frames.pop
+        self.bytes_in_flight -= sum([len(pop(t)) for t in batch.tokens])
+        self.written += len(batch.tokens)
+        self.duplicates += batch.duplicates
+        return len(self.frames) <= self.wake_level
+
+    def _batch_failed(self, reply: int, error: BaseException, exhausted: int = 0) -> bool:
+        assert self.groups is not None
+        batch = self.groups.pop(reply)
+        self._retry.pop(reply, None)
+        self._trouble.pop(reply, None)
+        pop = self.frames.pop
+        self.bytes_in_flight -= sum([len(pop(t)) for t in batch.tokens])
+        if self.failure is None:
+            if exhausted:
+                _add_note(error, f"(after {exhausted} re-sends of the same frames)")
+            self.failure = error
+            self.failed_token = batch.tokens[0]
+            self.failed_tokens = batch.tokens
+        return True
+
+    def _batch_again(self, reply: int) -> tuple[int, list[bytes]]:
+        """The frames of batch ``reply`` to send again, under a new token (returned)."""
+        groups = self.groups
+        assert groups is not None
+        batch = groups.pop(reply)
+        new = self._next_reply
+        self._next_reply = new + 1
+        trouble = self._trouble.pop(reply, None)
+        if trouble is not None:
+            self._trouble[new] = trouble
+        batch.answered = batch.duplicates = 0
+        groups[new] = batch
+        subject = self.reply_prefix + b"%d" % new
+        frames = self.frames
+        out = []
+        grown = 0
+        for t in batch.tokens:
+            old = frames[t]
+            frame = frames[t] = with_reply(old, subject)
+            grown += len(frame) - len(old)
+            out.append(frame)
+        self.bytes_in_flight += grown
+        self.resent += len(out)
+        return new, out
+
+    def _batches_due(self, now: float) -> list[bytes]:
+        """due() with shared_replies: whole batches, each under a new token."""
+        groups = self.groups
+        assert groups is not None
+        retry = self._retry
+        replies: list[int] = []
+        if retry:
+            for reply, at in list(retry.items()):
+                if at <= now:
+                    del retry[reply]
+                    if reply in groups:
+                        replies.append(reply)
+        chosen = set(replies)
+        deadlines = self._deadlines
+        policy = self.policy
+        while deadlines and deadlines[0][0] <= now:
+            deadline, batch_replies = deadlines.popleft()
+            sent_at = deadline - self.ack_timeout
+            for reply in batch_replies:
+                if reply in groups and reply not in retry and reply not in chosen:
+                    trouble = self._trouble.get(reply)
+                    if trouble is None:
+                        trouble = self._trouble[reply] = Trouble()
+                    if not policy.on_no_answer(trouble, msg_id=True, sent_at=sent_at, now=now):
+                        error = PubAckTimeoutError(
+                            f"no PubAck within {self.ack_timeout:g} s: the message may or may not be stored"
+                        )
+                        self._batch_failed(reply, error, exhausted=trouble.resends)
+                        continue
+                    trouble.resends += 1
+                    replies.append(reply)
+                    chosen.add(reply)
+        return self._send_again(replies, now)
+
+    def _send_again(self, replies: list[int], now: float) -> list[bytes]:
+        if not replies:
+            return []
+        out: list[bytes] = []
+        news = []
+        for reply in replies:
+            new, frames = self._batch_again(reply)
+            news.append(new)
+            out += frames
+        self._deadlines.append((now + self.ack_timeout, news))
+        return out
 
     def _stored(self, token: int, duplicate: bool | None) -> bool:
         frames = self.frames
@@ -1090,6 +1266,7 @@ class FrameWindow:
                 _add_note(error, f"(after {exhausted} re-sends of the same frame)")
             self.failure = error
             self.failed_token = token
+            self.failed_tokens = (token,)
         return True
 
     def next_deadline(self) -> float | None:
@@ -1105,6 +1282,8 @@ class FrameWindow:
         """The frames to write again now: scheduled re-sends whose wait is over, and every
         frame of a batch whose ack deadline passed (ambiguous: maybe stored) while the policy's
         budget lasts; a frame past it fails the window (:attr:`failure`, ambiguous)."""
+        if self.groups is not None:
+            return self._batches_due(now)
         frames = self.frames
         retry = self._retry
         policy = self.policy
@@ -1144,6 +1323,18 @@ class FrameWindow:
         """After a reconnect: every frame in flight, in token order, to write again on the new
         connection (their acks may never come; each may have been stored); deadlines restart.
         Not counted against the re-send budget."""
+        groups = self.groups
+        if groups is not None:
+            self._retry.clear()
+            self._deadlines.clear()
+            replies = sorted(groups, key=lambda r: groups[r].tokens[0])
+            for reply in replies:
+                t = self._trouble.get(reply)
+                if t is None:
+                    self._trouble[reply] = Trouble(maybe_stored=True)
+                else:
+                    t.maybe_stored = True
+            return self._send_again(replies, now)
         frames = self.frames
         tokens = sorted(frames)
         self._retry.clear()
@@ -1159,6 +1350,33 @@ class FrameWindow:
             self._deadlines.append((now + self.ack_timeout, tokens))
             self.resent += len(tokens)
         return [frames[t] for t in tokens]
+
+
+_RESEND_TOKENS: Final = 1 << 52
+"""Shared replies: the tokens of batches sent again count up from here (first tokens, a
+writer's row numbers, stay below it)."""
+
+
+class _Batch:
+    """Frames that share a reply token (FrameWindow's ``shared_replies``): their tokens, and the
+    answers counted on the current token."""
+
+    __slots__ = ("tokens", "answered", "duplicates")
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        self.tokens = tokens
+        self.answered = 0
+        self.duplicates = 0
+
+
+def with_reply(frame: bytes, reply: bytes) -> bytes:
+    """``frame`` (a ``PUB`` or ``HPUB`` with a reply subject) with ``reply`` as its reply subject."""
+    end = frame.index(b"\r\n")
+    words = frame[:end].split(b" ")
+    if len(words) not in (4, 5):
+        raise ValueError(f"not a PUB or HPUB frame with a reply subject: {frame[:end][:80]!r}")
+    words[2] = reply
+    return b" ".join(words) + frame[end:]
 
 
 def _add_note(error: BaseException, note: str) -> None:

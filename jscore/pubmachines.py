@@ -268,6 +268,7 @@ class BulkPublishMachine:
 
     def set_prefix(self, prefix: str) -> None:
         self._plen = len(prefix)
+        self.window.reply_prefix = prefix.encode()
 
     def drain_events(self) -> list[Any]:
         events = self._events

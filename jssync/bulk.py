@@ -48,7 +48,9 @@ class BulkPublisher:
     """One writer thread's idempotent publishing on a client (see the module docstring).
 
     ``reply_prefix`` (bytes, ending in ``.``) is what the frames' reply subjects start with;
-    the token follows. Use as a context manager, or call :meth:`close`.
+    the token follows: each frame's own, or with ``shared_replies`` the first token of the
+    batch it is sent in (see :class:`jscore.publish.FrameWindow`). Use as a context manager, or
+    call :meth:`close`.
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class BulkPublisher:
         per_subject_dedup: bool = False,
         stall_timeout: float | None = None,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        shared_replies: bool = False,
     ) -> None:
         self.window = FrameWindow(
             max_pending=max_pending,
@@ -70,6 +73,7 @@ class BulkPublisher:
             retries=retries,
             retry_wait=retry_wait,
             per_subject_dedup=per_subject_dedup,
+            shared_replies=shared_replies,
         )
         # With no connection, nothing expires; give up after this long without one.
         stall = stall_timeout if stall_timeout is not None else ack_timeout * (retries + 1) + 30.0

@@ -468,8 +468,10 @@ class PartitionWriter:
             retries=options.retries,
             retry_wait=_BACKOFF_FIRST,
             per_subject_dedup=self._subject_mode,
+            shared_replies=True,
         )
         self._reply = self._bulk.reply_prefix
+        self._group = b"0"  # the reply token of the batch being built: its first row's index
         self._max_payload = self._bulk.max_payload
         self._batch: list[bytes] = []
         self._first = 0  # the token (row index) of the batch's first frame
@@ -532,6 +534,7 @@ class PartitionWriter:
         first = self._first
         self._batch = []
         self._first = first + len(batch)
+        self._group = b"%d" % self._first
         try:
             self._bulk.send(first, batch)
         except NatsError as exc:
@@ -577,7 +580,7 @@ class PartitionWriter:
                 data = row
             if data.__class__ is not bytes:
                 data = _payload(data, column)
-            return encode(index, data)
+            return encode(index, data, self._group)
 
         return build
 
@@ -628,7 +631,7 @@ class PartitionWriter:
         size = len(hdr) + len(payload)
         if size > self._max_payload:
             raise _too_big(index, size, self._max_payload)
-        return encode_hpub(subj_b, b"%s%d" % (self._reply, index), hdr, payload)
+        return encode_hpub(subj_b, self._reply + self._group, hdr, payload)
 
     # -- the end of the partition
 
@@ -654,10 +657,15 @@ class PartitionWriter:
         self._bulk.close()
 
     def _failed(self, exc: NatsError) -> NatsError:
-        token = self._bulk.window.failed_token
-        if token is not None and exc is self._bulk.window.failure:
-            mid = f"{self._prefix}{token}" if self._options.msg_id_column is None else None
-            what = f"row {token}" + (f" (msg id {mid!r})" if mid else "")
+        window = self._bulk.window
+        rows = window.failed_tokens
+        if rows and exc is window.failure:
+            # (the rows of one batch share their acks: which of them was refused is not known)
+            lo, hi = rows[0], rows[-1]
+            ids = self._options.msg_id_column is None
+            what = f"row {lo}" + (f" (msg id {self._prefix + str(lo)!r})" if ids else "")
+            if hi != lo:
+                what = f"one of rows {lo}-{hi}" + (f" (msg ids {self._prefix + str(lo)!r} to {self._prefix + str(hi)!r})" if ids else "")
             _add_note(exc, f"publish of {what} failed: {exc}")
         return exc
 

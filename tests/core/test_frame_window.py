@@ -343,3 +343,191 @@ def test_bytes_in_flight_is_the_sum_of_the_frames_in_flight(sizes: list[int], se
     for token in rng.sample(range(len(sizes)), k=rng.randint(0, len(sizes))):
         w.receive_ack(token, ack(token + 1), None, 0.1)
         assert w.bytes_in_flight == sum(len(f) for f in w.frames.values())
+
+
+# ------------------------------------------------------------------ shared replies (a token per batch)
+
+PREFIX = b"_INBOX.r."
+
+
+def hpubs(lo: int, hi: int, reply: int | None = None) -> list[bytes]:
+    """Frames as the Spark writer builds them: every frame of a batch replies to its first token."""
+    token = lo if reply is None else reply
+    return [b"HPUB s %s%d 10 %d\r\nF%d\r\n" % (PREFIX, token, 12 + len(b"%d" % t), t) for t in range(lo, hi)]
+
+
+def shared(**kwargs: object) -> FrameWindow:
+    w = FrameWindow(shared_replies=True, **kwargs)  # type: ignore[arg-type]
+    w.reply_prefix = PREFIX
+    return w
+
+
+def reply_of(frame: bytes) -> int:
+    return int(frame.split(b" ")[2][len(PREFIX) :])
+
+
+def test_a_batch_is_stored_once_it_has_as_many_pubacks_as_frames() -> None:
+    w = shared(max_pending=10, ack_timeout=5.0)
+    w.sent(range(0, 3), hpubs(0, 3), 0.0)
+    w.sent(range(3, 5), hpubs(3, 5), 0.0)
+    w.wake_level = 2
+    assert w.receive_ack(0, ack(1), None, 0.1) is False
+    assert w.receive_puback(0, True) is False
+    assert (w.written, w.in_flight) == (0, 5)  # two answers of three: nothing is known yet
+    assert w.receive_ack(1, ack(9), None, 0.1) is False  # no batch has token 1: ignored
+    assert w.receive_puback(0, False) is True  # the third: the batch is stored, down to wake_level
+    assert (w.written, w.duplicates, w.in_flight) == (3, 1, 2)
+    assert w.receive_puback(0, False) is False  # a late answer on a settled token
+    assert (w.written, w.in_flight, w.bytes_in_flight) == (3, 2, sum(map(len, hpubs(3, 5))))
+    w.receive_puback(3, False)
+    w.receive_ack(3, ack(5), None, 0.2)
+    assert (w.written, w.in_flight, w.bytes_in_flight, w.failure) == (5, 0, 0, None)
+
+
+def test_a_transient_answer_sends_the_whole_batch_again_under_a_new_token() -> None:
+    w = shared(ack_timeout=30.0, retry_wait=0.1)
+    w.sent(range(0, 3), hpubs(0, 3), 0.0)
+    w.receive_puback(0, False)  # one frame stored
+    assert w.receive_ack(0, b"", 503, 0.0) is True  # another: no responders
+    assert w.receive_puback(0, False) is False  # the third: the batch is to be sent again, not counted
+    again = w.due(0.1)
+    assert len(again) == 3 and w.resent == 3
+    token = reply_of(again[0])
+    assert token != 0 and {reply_of(f) for f in again} == {token}
+    assert [f.split(b"\r\n", 1)[1] for f in again] == [f.split(b"\r\n", 1)[1] for f in hpubs(0, 3)]  # same msg ids
+    assert w.bytes_in_flight == sum(map(len, again))
+    for _ in range(3):
+        w.receive_puback(0, False)  # answers to the first sends: their token is retired
+    assert w.written == 0
+    w.receive_puback(token, True)
+    w.receive_puback(token, False)
+    w.receive_ack(token, ack(3, duplicate=True), None, 0.2)
+    assert (w.written, w.duplicates, w.in_flight, w.bytes_in_flight) == (3, 2, 0, 0)
+
+
+def test_a_missed_deadline_sends_the_batch_again_then_fails_it_whole() -> None:
+    w = shared(ack_timeout=1.0, retries=1)
+    w.sent(range(0, 2), hpubs(0, 2), 0.0)
+    w.sent(range(2, 4), hpubs(2, 4), 0.5)
+    w.receive_puback(0, False)
+    w.receive_puback(2, False)
+    w.receive_puback(2, False)  # batch 2 is stored
+    again = w.due(1.0)
+    assert [reply_of(f) for f in again] == [reply_of(again[0])] * 2
+    assert w.due(1.5) == [] and w.next_deadline() == 2.0  # (batch 2's deadline: it is stored)
+    assert w.due(2.0) == []  # out of attempts (budget: ack_timeout * (retries + 1))
+    assert isinstance(w.failure, PubAckTimeoutError)
+    assert (w.failed_token, list(w.failed_tokens)) == (0, [0, 1])
+    assert "(after 1 re-sends of the same frames)" in "".join(getattr(w.failure, "__notes__", [""]))
+    assert (w.written, w.in_flight, w.bytes_in_flight) == (2, 0, 0)
+
+
+def test_a_definite_refusal_fails_the_window_with_the_whole_batch() -> None:
+    w = shared()
+    w.sent(range(7, 10), hpubs(7, 10), 0.0)
+    w.receive_puback(7, False)
+    assert w.receive_ack(7, err(503, 10077, "maximum messages per subject exceeded"), None, 0.0) is True
+    assert isinstance(w.failure, MaxMsgsPerSubjectError) and list(w.failed_tokens) == [7, 8, 9]
+    assert (w.in_flight, w.bytes_in_flight) == (0, 0)
+
+
+def test_in_subject_mode_10077_counts_as_already_written() -> None:
+    w = shared(per_subject_dedup=True)
+    w.sent(range(0, 2), hpubs(0, 2), 0.0)
+    w.receive_ack(0, err(400, 10077, "maximum messages per subject exceeded"), None, 0.0)
+    w.receive_puback(0, False)
+    assert (w.written, w.duplicates, w.failure, w.in_flight) == (2, 1, None, 0)
+
+
+def test_everything_after_a_reconnect_sends_every_batch_under_new_tokens_in_row_order() -> None:
+    w = shared(ack_timeout=1.0)
+    w.sent(range(5, 7), hpubs(5, 7), 0.0)
+    w.sent(range(1, 3), hpubs(1, 3), 0.1)
+    w.receive_puback(5, False)
+    out = w.everything(3.0)
+    assert [f.split(b"\r\n", 1)[1] for f in out] == [b"F1\r\n", b"F2\r\n", b"F5\r\n", b"F6\r\n"]
+    t1, t5 = reply_of(out[0]), reply_of(out[2])
+    assert t1 == reply_of(out[1]) and t5 == reply_of(out[3]) and len({t1, t5, 1, 5}) == 4
+    assert w.next_deadline() == 4.0 and w.resent == 4
+    w.receive_puback(5, False)  # the old token: ignored
+    w.receive_puback(t5, False)
+    assert w.written == 0  # one answer of two on the new token
+    w.receive_puback(t5, True)
+    assert (w.written, w.in_flight) == (2, 2)
+
+
+def test_with_reply_rewrites_only_the_reply_subject() -> None:
+    from jscore.publish import with_reply
+
+    assert with_reply(b"HPUB a.b _INBOX.x.1 12 14\r\nNATS/1.0\r\n\r\nhi\r\n", b"_INBOX.x.77") == (
+        b"HPUB a.b _INBOX.x.77 12 14\r\nNATS/1.0\r\n\r\nhi\r\n"
+    )
+    assert with_reply(b"PUB a r 2\r\nhi\r\n", b"q") == b"PUB a q 2\r\nhi\r\n"
+    with pytest.raises(ValueError):
+        with_reply(b"PUB a 2\r\nhi\r\n", b"q")  # no reply subject to replace
+
+
+def test_a_batch_token_must_be_new() -> None:
+    w = shared()
+    w.sent(range(0, 2), hpubs(0, 2), 0.0)
+    with pytest.raises(ValueError):
+        w.sent(range(0, 1), hpubs(0, 1), 0.0)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 4), st.sampled_from(["ok", "dup", "503", "late", "stale"])), max_size=80),
+    st.integers(0, 3),
+)
+def test_shared_replies_never_count_a_batch_stored_that_was_not(events: list[tuple[int, str]], retries: int) -> None:
+    """A model of the server: each send of a frame is stored or answered 503 and answered at
+    most once, on the token it was sent with; answers to earlier sends may come late. Whatever
+    happens, a frame the window counts as written was stored, every frame ends settled or
+    failed, and nothing is counted twice."""
+    w = shared(ack_timeout=1.0, retries=retries, retry_wait=0.1)
+    for b in range(5):
+        w.sent(range(4 * b, 4 * b + 4), hpubs(4 * b, 4 * b + 4), 0.0)
+    # per frame: the (token, stored?) of its sends not answered yet
+    unanswered: dict[int, list[tuple[int, bool]]] = {t: [(4 * (t // 4), True)] for t in range(20)}
+    stored: set[int] = set()
+    now = 0.0
+
+    def answer(frame: int, index: int, fail: bool) -> None:
+        token, _ = unanswered[frame].pop(index)
+        if fail:
+            w.receive_ack(token, b"", 503, now)
+        else:
+            duplicate = frame in stored
+            stored.add(frame)
+            w.receive_ack(token, ack(frame + 1, duplicate=duplicate), None, now)
+
+    def resent(out: list[bytes]) -> None:
+        for f in out:
+            frame = int(f.split(b"\r\n")[1][1:])
+            unanswered[frame].append((reply_of(f), True))
+
+    def check() -> None:
+        if w.failure is None:  # every frame out of the window was counted written: it is stored
+            assert set(range(20)) - set(w.frames) <= stored
+
+    for batch, what in events:
+        check()
+        now += 0.05
+        frames_of = [t for t in range(4 * batch, 4 * batch + 4) if unanswered[t]]
+        if what in ("ok", "dup", "503") and frames_of:
+            answer(frames_of[0], -1, what == "503")
+        elif what == "stale" and frames_of and len(unanswered[frames_of[0]]) > 1:
+            answer(frames_of[0], 0, False)  # an answer to an earlier send, late
+        else:
+            resent(w.due(now))
+    for _ in range(200):
+        if not w.in_flight:
+            break
+        now += 1.0
+        for t in range(20):
+            while unanswered[t]:
+                answer(t, 0, False)
+                check()
+        resent(w.due(now))
+    assert w.in_flight == 0 and w.bytes_in_flight == 0
+    assert w.written <= len(stored)
+    assert w.written == 20 or w.failure is not None
