@@ -1100,20 +1100,24 @@ class FrameWindow:
     def receive_puback(self, token: int, duplicate: bool) -> bool:
         """A PubAck for ``token`` read in the connection's ack lane: :meth:`receive_ack`'s
         common case."""
-        groups = self.groups
-        if groups is not None:
-            batch = groups.get(token)
-            if batch is None or token in self._retry:
-                return False  # late, or an answer to a send that is to be repeated
-            batch.answered += 1
-            if duplicate:
-                batch.duplicates += 1
-            if batch.answered < len(batch.tokens):
-                return False
-            return self._batch_stored(token, batch)
+        if self.groups is not None:
+            return self.receive_pubacks(token, 1, 1 if duplicate else 0)
         if token not in self.frames:
             return False  # late (see receive_ack)
         return self._stored(token, duplicate)
+
+    def receive_pubacks(self, token: int, count: int, duplicates: int) -> bool:
+        """With ``shared_replies``: ``count`` PubAcks on batch token ``token``, ``duplicates``
+        of them for duplicates."""
+        assert self.groups is not None
+        batch = self.groups.get(token)
+        if batch is None or token in self._retry:
+            return False  # late, or an answer to a send that is to be repeated
+        batch.answered += count
+        batch.duplicates += duplicates
+        if batch.answered < len(batch.tokens):
+            return False
+        return self._batch_stored(token, batch)
 
     # -- shared replies: a batch answers on one token
 

@@ -24,6 +24,8 @@ Events, besides the frames the session writes (:class:`PublishRequested`,
 
 from __future__ import annotations
 
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, Final
 
 import msgspec
@@ -96,6 +98,8 @@ class PublisherClosed(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _NO_EVENTS: Final[list[Any]] = []
+_first = itemgetter(0)
+_fourth = itemgetter(3)
 
 
 # ------------------------------------------------------------------------------ async + sync
@@ -297,13 +301,24 @@ class BulkPublishMachine:
         :data:`PROGRESS` for the run when any of them asks for it."""
         window = self.window
         wake = False
-        for token, _stream, _seq, duplicate in run.acks:
-            try:
-                number = int(token)
-            except ValueError:
-                continue
-            if window.receive_puback(number, duplicate):
-                wake = True
+        if window.groups is not None:
+            # Shared replies: the acks of a batch come in a row on its token; one call each.
+            for token, acks in groupby(run.acks, _first):
+                try:
+                    number = int(token)
+                except ValueError:
+                    continue
+                answers = list(acks)
+                if window.receive_pubacks(number, len(answers), sum(map(_fourth, answers))):
+                    wake = True
+        else:
+            for token, _stream, _seq, duplicate in run.acks:
+                try:
+                    number = int(token)
+                except ValueError:
+                    continue
+                if window.receive_puback(number, duplicate):
+                    wake = True
         if wake:
             self._events.append(PROGRESS)
 
