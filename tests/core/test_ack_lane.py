@@ -293,3 +293,20 @@ def test_the_bulk_window_reads_its_pubacks_in_the_lane() -> None:
         assert w.in_flight == 1 and w.written == 2 and w.duplicates == 1 and w.bytes_in_flight == 10
         assert len([e for e in events if e.__class__.__name__ == "Progress"]) == 1
         assert s.conn.stats.msgs_in == 4
+
+
+def test_bulk_machine_counts_a_runs_pubacks_per_shared_token() -> None:
+    """Shared replies: a run's acks are counted per batch token, a batch split across runs
+    included, duplicates counted, late tokens ignored."""
+    w = FrameWindow(shared_replies=True)
+    w.sent(range(0, 3), [b"a", b"b", b"c"], 0.0)
+    w.sent(range(3, 5), [b"d", b"e"], 0.0)
+    m = BulkPublishMachine(w, stall_timeout=60.0, connected=True)
+    m.receive_acks(AcksReceived(1, [("0", "S", 1, False), ("0", "S", 2, True), ("9", "S", 3, False)], 0), 0.0)
+    assert (w.written, w.in_flight) == (0, 5)
+    w.wake_level = 2
+    m.receive_acks(AcksReceived(1, [("0", "S", 3, False), ("3", "S", 4, True), ("x", "S", 5, False)], 0), 0.0)
+    assert (w.written, w.duplicates, w.in_flight) == (3, 1, 2)
+    assert m.drain_events() == [PROGRESS]
+    m.receive_acks(AcksReceived(1, [("3", "S", 5, False)], 0), 0.0)
+    assert (w.written, w.duplicates, w.in_flight) == (5, 2, 0)
