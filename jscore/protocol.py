@@ -478,7 +478,24 @@ class Parser:
         add = acks.append
         run_sid = b""
         size = 0
+        # The frame the pattern read last, up to its sequence number (``MSG <inbox><token> <sid>
+        # <size>\r\n{"stream":"<name>","seq":``), and what it gave. A next frame that starts
+        # with the same bytes has a sequence number of as many digits (its size is the same):
+        # it is read by a comparison and a slice (the acks of a batch that shares its reply
+        # token, in a row), not by the pattern.
+        stem = last_token = b""
+        stem_len = digits = ack_size = 0
+        token_s = stream = ""
         while True:
+            if stem and buf.startswith(stem, pos):
+                start = pos + stem_len
+                end = start + digits
+                seq_b = buf[start:end]
+                if buf.startswith(b"}\r\n", end) and seq_b.isdigit() and buf[start] != 48:  # (48: "0")
+                    add((token_s, stream, int(seq_b), False))
+                    size += ack_size
+                    pos = end + 3
+                    continue
             m = match(buf, pos)
             if m is None:
                 break
@@ -489,13 +506,23 @@ class Parser:
                 run_sid = sid_b
             if int(size_b) != len(body):
                 break
-            stream = streams.get(stream_b)
-            if stream is None:
+            cached = streams.get(stream_b)
+            if cached is None:
                 if len(streams) >= _SUBJECT_CACHE_LIMIT:
                     streams.clear()
-                stream = streams[stream_b] = stream_b.decode()
-            add((token.decode(), stream, int(seq_b), dup is not None))
-            size += m.end(1) - pos - 4 + len(body)
+                cached = streams[stream_b] = stream_b.decode()
+            stream = cached
+            token_s = token.decode()
+            add((token_s, stream, int(seq_b), dup is not None))
+            ack_size = m.end(1) - pos - 4 + len(body)
+            size += ack_size
+            if dup is None and token == last_token:  # (a token per message never gets here)
+                stem = buf[pos : m.start(6)]
+                stem_len = len(stem)
+                digits = len(seq_b)
+            else:
+                stem = b""
+            last_token = token
             pos = m.end()
         if acks:
             lane.read += len(acks)

@@ -310,3 +310,72 @@ def test_bulk_machine_counts_a_runs_pubacks_per_shared_token() -> None:
     assert m.drain_events() == [PROGRESS]
     m.receive_acks(AcksReceived(1, [("3", "S", 5, False)], 0), 0.0)
     assert (w.written, w.duplicates, w.in_flight) == (5, 2, 0)
+
+
+@st.composite
+def shared_token_run(draw: st.DrawFn) -> bytes:
+    """PubAcks on one token in a row (a batch with a shared reply token), with the changes a
+    frame read by its likeness to the one before must not let through."""
+    token = draw(st.sampled_from([b"0", b"64", b"4503599627370496"]))
+    seq = draw(st.integers(min_value=1, max_value=10**19 - 40))
+    out = []
+    for i in range(draw(st.integers(min_value=1, max_value=12))):
+        body = puback(b"S", seq + i)
+        frame = msg(1, token, body)
+        change = draw(st.integers(min_value=0, max_value=14))
+        if change == 1:
+            frame = msg(1, token, body.replace(b'"seq":', b'"seq":0', 1))  # a leading zero
+        elif change == 2:
+            frame = msg(1, token, body.replace(b"}", b"x}", 1), len(body))  # a letter, same size
+        elif change == 3:
+            frame = msg(1, token, puback(b"S", seq + i, True))  # a duplicate
+        elif change == 4:
+            frame = msg(1, token, body[:-2] + b"/}", len(body))  # a sign where a digit was
+        elif change == 5:
+            frame = frame[:-2] + b"\n\n"  # no CRLF after the payload
+        elif change == 6:
+            frame = msg(2, token, body)  # another sid
+        elif change == 7:
+            frame = msg(1, token, body.replace(b"}", b" }", 1), len(body))  # a blank, same size
+        elif change == 8:
+            frame = msg(1, token + b"1", body)  # another token
+        elif change == 9:
+            frame = msg(1, token, puback(b"T", seq + i))  # another stream
+        elif change == 10:
+            frame = msg(1, token, body.replace(b'"seq":', b'"seq":0', 1)[:-2] + b"}")  # a leading zero, same size
+        out.append(frame)
+    return b"".join(out)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(wire=shared_token_run(), data=st.data())
+@example(wire=msg(1, b"0", puback(b"S", 9)) + msg(1, b"0", puback(b"S", 9)) + msg(1, b"0", puback(b"S", 10)), data=None)
+@example(wire=msg(1, b"0", puback(b"S", 1)) * 2 + msg(1, b"0", b'{"stream":"S","seq":0}'), data=None)
+@example(wire=msg(1, b"0", puback(b"S", 11)) + msg(1, b"0", puback(b"S", 12)) + msg(1, b"0", b'{"stream":"S","seq":05}'),
+         data=None)
+def test_acks_on_a_shared_token_give_the_plain_parsers_messages(wire: bytes, data: Any) -> None:
+    cuts: list[int] = []
+    if data is not None and len(wire) > 1:
+        cuts = sorted(data.draw(st.lists(st.integers(min_value=1, max_value=len(wire) - 1), max_size=6)))
+    check_lane(wire)
+    check_lane(wire, cuts)
+
+
+def test_acks_on_a_shared_token_are_read_by_their_likeness() -> None:
+    """After two frames on the same token the pattern is not run again while frames start alike."""
+    lane = AckLane("_INBOX")
+    lane.arm(1, INBOX.decode())
+    calls = []
+    pattern = lane.match
+
+    def counted(buf: bytes, pos: int) -> Any:
+        calls.append(pos)
+        return pattern(buf, pos)
+
+    lane.match = counted  # type: ignore[method-assign]
+    wire = b"".join(msg(1, b"64", puback(b"S", s)) for s in range(1, 9))
+    events = Parser(lane=lane).feed(wire)
+    assert len(calls) == 3  # the first two frames, and the end of the run
+    assert [e.__class__ for e in events] == [AcksReceived]
+    assert events[0].acks == [("64", "S", s, False) for s in range(1, 9)]  # type: ignore[union-attr]
+    assert events[0].size == sum(len(INBOX) + 2 + len(puback(b"S", s)) for s in range(1, 9))  # type: ignore[union-attr]
