@@ -16,8 +16,9 @@ into a fresh file stream, ``--reps`` times: rows/s, CPU per row of this process 
 and of nats-server (its PID from the URL's port; CPU from /proc, so Linux only).
 
 ``--server-cost``: nats-server's CPU per message for 128 B publishes written by a raw socket
-(no client library), four kinds: a msg id and a reply subject (what the Spark writers send),
-a reply only, a msg id only, neither. At most 2,000 acks are outstanding; without a reply the
+(no client library), five kinds: a msg id and a reply subject of its own, a msg id and a reply
+subject shared by 64 messages in a row (what the Spark writers send), a reply only, a msg id
+only, neither. At most 2,000 acks are outstanding; without a reply the
 stream's message count paces the writer.
 """
 
@@ -94,7 +95,7 @@ def server_cost(url: str, rows: int, reps: int) -> None:
     with jssync.connect(url, name="bench-spark-write") as nc:
         js = nc.jetstream(timeout=60.0)
         for rep in range(reps):
-            for kind in ("id+reply", "reply", "id", "neither"):
+            for kind in ("id+reply", "id+reply/64", "reply", "id", "neither"):
                 name, subject = f"BENCHCOST_{rep}", f"benchcost.{rep}".encode()
                 try:
                     js.delete_stream(name)
@@ -103,7 +104,8 @@ def server_cost(url: str, rows: int, reps: int) -> None:
                 js.create_stream(name=name, subjects=[subject.decode()], storage="file")
                 frames = []
                 for i in range(rows):
-                    reply = b" _R.%d" % i if "reply" in kind else b""
+                    token = i - i % 64 if kind.endswith("/64") else i  # (/64: a reply token per 64 messages)
+                    reply = b" _R.%d" % token if "reply" in kind else b""
                     if kind.startswith("id"):
                         hdr = b"NATS/1.0\r\nNats-Msg-Id: w-0-%d\r\n\r\n" % i
                         frames.append(b"HPUB %s%s %d %d\r\n%s%s\r\n" % (subject, reply, len(hdr), len(hdr) + len(payload), hdr, payload))
@@ -118,9 +120,12 @@ def server_cost(url: str, rows: int, reps: int) -> None:
                     seen += sock.recv(4096)
 
                 def read() -> None:
+                    tail = b""  # (a "MSG " split between two reads is counted once)
                     try:
                         while data := sock.recv(1 << 20):
+                            data = tail + data
                             got[0] += data.count(b"MSG ")
+                            tail = data[-3:]
                     except OSError:
                         pass
 
