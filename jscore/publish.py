@@ -930,14 +930,15 @@ class FrameWindow:
     ``shared_replies``: the frames of one :meth:`sent` batch share one reply subject, whose
     token is the batch's first token (every frame's reply subject ends with it). nats-server
     pays for every distinct reply subject it answers (a lookup of its subscription, not cached
-    when each subject is new); one per batch costs it about a fifth less per message. The
-    batch is settled as a whole: each send of a frame is answered at most once, so once as
-    many PubAcks (or, in subject mode, 10077) as the batch has frames have come on its token,
-    every frame of it is stored. Whatever else happens to a batch (a transient answer, a
+    when each subject is new); one per batch costs it about a sixth less per message. The
+    batch is settled as a whole: each send of a frame is answered at most once (JetStream is
+    the only responder on a stream's subjects), so once as many PubAcks (or, in subject mode,
+    10077) as the batch has frames have come on its token, every frame of it is stored. Whatever else happens to a batch (a transient answer, a
     missed deadline, a reconnect) re-sends **all** its frames, under a new token
     (:attr:`reply_prefix` + a number above every first token): answers to the old one are
     ignored from then on, so no answer is counted for the wrong send, and the frames that were
-    stored come back as duplicates. A definite refusal fails the window with the whole batch
+    stored come back as duplicates (within the stream's duplicate window; in subject mode as
+    10077). First tokens must go up from batch to batch. A definite refusal fails the window with the whole batch
     (:attr:`failed_tokens`): which of its frames was refused is not known.
     """
 
@@ -965,6 +966,7 @@ class FrameWindow:
         "_retry",
         "_trouble",
         "_next_reply",
+        "_last_first",
     )
 
     def __init__(
@@ -1015,6 +1017,7 @@ class FrameWindow:
         self.groups: dict[int, _Batch] | None = {} if shared_replies else None
         self.reply_prefix = b""
         self._next_reply = _RESEND_TOKENS
+        self._last_first = -1
         self._deadlines: deque[tuple[float, Iterable[int]]] = deque()  # batches, oldest first
         self._retry: dict[int, float] = {}  # token -> not before (its frame stays in .frames)
         self._trouble: dict[int, Trouble] = {}  # tokens that met trouble (see PublishPolicy)
@@ -1042,19 +1045,21 @@ class FrameWindow:
     def sent(self, tokens: Sequence[int], frames: Sequence[bytes], now: float) -> None:
         """A batch of new frames was written (or queued for the next connection). With
         ``shared_replies`` their reply token is ``tokens[0]``."""
-        self.frames.update(zip(tokens, frames))
-        self.bytes_in_flight += sum(map(len, frames))
         groups = self.groups
         if groups is not None:
             if not tokens:
                 return
             reply = tokens[0]
-            if reply >= _RESEND_TOKENS or reply in groups:
-                raise ValueError(f"token {reply} is not a new batch's first token")
+            # (a token used before may still get late answers: first tokens only go up)
+            if not self._last_first < reply < _RESEND_TOKENS:
+                raise ValueError(f"token {reply} is not a new batch's first token (the last was {self._last_first})")
+            self._last_first = reply
             groups[reply] = _Batch(tokens)
             self._deadlines.append((now + self.ack_timeout, (reply,)))
-            return
-        self._deadlines.append((now + self.ack_timeout, tokens))
+        else:
+            self._deadlines.append((now + self.ack_timeout, tokens))
+        self.frames.update(zip(tokens, frames))
+        self.bytes_in_flight += sum(map(len, frames))
 
     def receive_ack(self, token: int, data: bytes, status: int | None, now: float) -> bool:
         """A message on the reply inbox. True when the caller's waiting thread should look:
@@ -1377,7 +1382,7 @@ def with_reply(frame: bytes, reply: bytes) -> bytes:
     """``frame`` (a ``PUB`` or ``HPUB`` with a reply subject) with ``reply`` as its reply subject."""
     end = frame.index(b"\r\n")
     words = frame[:end].split(b" ")
-    if len(words) not in (4, 5):
+    if len(words) != (5 if words[0] == b"HPUB" else 4 if words[0] == b"PUB" else -1):
         raise ValueError(f"not a PUB or HPUB frame with a reply subject: {frame[:end][:80]!r}")
     words[2] = reply
     return b" ".join(words) + frame[end:]

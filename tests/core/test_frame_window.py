@@ -440,15 +440,17 @@ def test_in_subject_mode_10077_counts_as_already_written() -> None:
 
 
 def test_everything_after_a_reconnect_sends_every_batch_under_new_tokens_in_row_order() -> None:
-    w = shared(ack_timeout=1.0)
-    w.sent(range(5, 7), hpubs(5, 7), 0.0)
-    w.sent(range(1, 3), hpubs(1, 3), 0.1)
+    w = shared(ack_timeout=1.0, retry_wait=0.1)
+    w.sent(range(1, 3), hpubs(1, 3), 0.0)
+    w.sent(range(5, 7), hpubs(5, 7), 0.1)
+    w.receive_ack(1, b"", 503, 0.1)
+    assert len(w.due(0.2)) == 2  # batch 1 again, under a token above batch 5's
     w.receive_puback(5, False)
     out = w.everything(3.0)
     assert [f.split(b"\r\n", 1)[1] for f in out] == [b"F1\r\n", b"F2\r\n", b"F5\r\n", b"F6\r\n"]
     t1, t5 = reply_of(out[0]), reply_of(out[2])
     assert t1 == reply_of(out[1]) and t5 == reply_of(out[3]) and len({t1, t5, 1, 5}) == 4
-    assert w.next_deadline() == 4.0 and w.resent == 4
+    assert w.next_deadline() == 4.0 and w.resent == 6
     w.receive_puback(5, False)  # the old token: ignored
     w.receive_puback(t5, False)
     assert w.written == 0  # one answer of two on the new token
@@ -465,13 +467,27 @@ def test_with_reply_rewrites_only_the_reply_subject() -> None:
     assert with_reply(b"PUB a r 2\r\nhi\r\n", b"q") == b"PUB a q 2\r\nhi\r\n"
     with pytest.raises(ValueError):
         with_reply(b"PUB a 2\r\nhi\r\n", b"q")  # no reply subject to replace
+    with pytest.raises(ValueError):
+        with_reply(b"HPUB a 12 14\r\nNATS/1.0\r\n\r\nhi\r\n", b"q")  # nor here (not the header size)
 
 
-def test_a_batch_token_must_be_new() -> None:
+def test_a_batch_token_must_be_new_and_a_refused_batch_changes_nothing() -> None:
     w = shared()
     w.sent(range(0, 2), hpubs(0, 2), 0.0)
+    before = (dict(w.frames), w.bytes_in_flight)
     with pytest.raises(ValueError):
-        w.sent(range(0, 1), hpubs(0, 1), 0.0)
+        w.sent(range(0, 3), hpubs(0, 3), 0.0)  # the token of a batch in flight
+    assert (dict(w.frames), w.bytes_in_flight) == before
+    w.receive_puback(0, False)
+    w.receive_puback(0, False)
+    assert (w.written, w.in_flight) == (2, 0)
+    with pytest.raises(ValueError):
+        w.sent(range(0, 2), hpubs(0, 2), 0.0)  # settled, but late answers to it may still come
+    with pytest.raises(ValueError):
+        w.sent(range(1 << 52, (1 << 52) + 1), hpubs(1 << 52, (1 << 52) + 1), 0.0)  # a re-send's token
+    assert (w.in_flight, w.bytes_in_flight) == (0, 0)
+    w.sent(range(2, 3), hpubs(2, 3), 0.0)
+    assert w.in_flight == 1
 
 
 @given(
