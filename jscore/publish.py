@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import Final, Generic, NamedTuple, TypeVar
 
 import msgspec
@@ -1066,41 +1066,39 @@ class FrameWindow:
         the window went down to :attr:`wake_level`, a re-send was scheduled, or it failed."""
         if self.groups is not None:
             return self._batch_reply(token, data, status, now)
-        frames = self.frames
-        if token not in frames:
+        if token not in self.frames:
             return False  # a late ack: the token was settled by the answer to another copy
-        if status is None:
-            try:
-                fields = _ack_fields_decoder.decode(data)
-            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-                pass
-            else:
-                if fields.error is None and fields.seq > 0 and fields.stream:
-                    self.bytes_in_flight -= len(frames.pop(token))  # (the common case: _stored inlined)
-                    if self._retry:
-                        self._retry.pop(token, None)
-                    if self._trouble:
-                        self._trouble.pop(token, None)
-                    self.written += 1
-                    if fields.duplicate:
-                        self.duplicates += 1
-                    return len(frames) <= self.wake_level
+        duplicate = _plain_puback(data, status)
+        if duplicate is not None:
+            return self._stored(token, duplicate)
         reply = classify_reply(data, status)
         if reply.ack is not None:
             return self._stored(token, reply.ack.duplicate)
         if token in self._retry:
             return False  # already scheduled: the answer to an earlier copy (the re-send will be answered)
-        trouble = self._trouble.get(token)
+        return self._trouble_with(token, reply, now, self._stored, self._fail)
+
+    def _trouble_with(
+        self,
+        key: int,
+        reply: Reply,
+        now: float,
+        stored: Callable[[int, bool], bool],
+        fail: Callable[[int, BaseException, int], bool],
+    ) -> bool:
+        """An answer other than a PubAck for ``key`` (a frame's token, or a batch's): the
+        policy schedules a re-send, counts it as already written, or fails it."""
+        trouble = self._trouble.get(key)
         if trouble is None:
-            trouble = self._trouble[token] = Trouble()
+            trouble = self._trouble[key] = Trouble()
         decision = self.policy.on_reply(trouble, reply.disposition, reply.error, msg_id=True, now=now)
         if decision.outcome is PENDING:
-            self._retry[token] = decision.at
+            self._retry[key] = decision.at
             return True
         if decision.outcome is DUPLICATE:
-            return self._stored(token, True)
+            return stored(key, True)
         assert decision.error is not None
-        return self._fail(token, decision.error, exhausted=trouble.resends)
+        return fail(key, decision.error, trouble.resends)
 
     def receive_puback(self, token: int, duplicate: bool) -> bool:
         """A PubAck for ``token`` read in the connection's ack lane: :meth:`receive_ack`'s
@@ -1132,28 +1130,13 @@ class FrameWindow:
         batch = self.groups.get(reply)
         if batch is None or reply in self._retry:
             return False  # late, or the batch is to be sent again (its answers no longer count)
-        if status is None:
-            try:
-                fields = _ack_fields_decoder.decode(data)
-            except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-                pass
-            else:
-                if fields.error is None and fields.seq > 0 and fields.stream:
-                    return self.receive_puback(reply, bool(fields.duplicate))
+        duplicate = _plain_puback(data, status)
+        if duplicate is not None:
+            return self.receive_puback(reply, duplicate)
         answer = classify_reply(data, status)
         if answer.ack is not None:
             return self.receive_puback(reply, bool(answer.ack.duplicate))
-        trouble = self._trouble.get(reply)
-        if trouble is None:
-            trouble = self._trouble[reply] = Trouble()
-        decision = self.policy.on_reply(trouble, answer.disposition, answer.error, msg_id=True, now=now)
-        if decision.outcome is PENDING:
-            self._retry[reply] = decision.at
-            return True
-        if decision.outcome is DUPLICATE:
-            return self.receive_puback(reply, True)
-        assert decision.error is not None
-        return self._batch_failed(reply, decision.error, exhausted=trouble.resends)
+        return self._trouble_with(reply, answer, now, self.receive_puback, self._batch_failed)
 
     def _batch_stored(self, reply: int, batch: _Batch) -> bool:
         assert self.groups is not None
@@ -1206,40 +1189,6 @@ class FrameWindow:
         self.resent += len(out)
         return new, out
 
-    def _batches_due(self, now: float) -> list[bytes]:
-        """due() with shared_replies: whole batches, each under a new token."""
-        groups = self.groups
-        assert groups is not None
-        retry = self._retry
-        replies: list[int] = []
-        if retry:
-            for reply, at in list(retry.items()):
-                if at <= now:
-                    del retry[reply]
-                    if reply in groups:
-                        replies.append(reply)
-        chosen = set(replies)
-        deadlines = self._deadlines
-        policy = self.policy
-        while deadlines and deadlines[0][0] <= now:
-            deadline, batch_replies = deadlines.popleft()
-            sent_at = deadline - self.ack_timeout
-            for reply in batch_replies:
-                if reply in groups and reply not in retry and reply not in chosen:
-                    trouble = self._trouble.get(reply)
-                    if trouble is None:
-                        trouble = self._trouble[reply] = Trouble()
-                    if not policy.on_no_answer(trouble, msg_id=True, sent_at=sent_at, now=now):
-                        error = PubAckTimeoutError(
-                            f"no PubAck within {self.ack_timeout:g} s: the message may or may not be stored"
-                        )
-                        self._batch_failed(reply, error, exhausted=trouble.resends)
-                        continue
-                    trouble.resends += 1
-                    replies.append(reply)
-                    chosen.add(reply)
-        return self._send_again(replies, now)
-
     def _send_again(self, replies: list[int], now: float) -> list[bytes]:
         if not replies:
             return []
@@ -1290,43 +1239,51 @@ class FrameWindow:
     def due(self, now: float) -> list[bytes]:
         """The frames to write again now: scheduled re-sends whose wait is over, and every
         frame of a batch whose ack deadline passed (ambiguous: maybe stored) while the policy's
-        budget lasts; a frame past it fails the window (:attr:`failure`, ambiguous)."""
+        budget lasts; a frame past it fails the window (:attr:`failure`, ambiguous). With
+        ``shared_replies``, whole batches, each under a new token."""
         if self.groups is not None:
-            return self._batches_due(now)
+            return self._send_again(self._due_keys(now, self.groups, self._batch_failed), now)
         frames = self.frames
+        tokens = self._due_keys(now, frames, self._fail)
+        if not tokens:
+            return []
+        self.resent += len(tokens)
+        self._deadlines.append((now + self.ack_timeout, tokens))
+        return [frames[t] for t in tokens]
+
+    def _due_keys(self, now: float, live: Container[int], fail: Callable[[int, BaseException, int], bool]) -> list[int]:
+        """What is to be sent again now (frame tokens, or batch tokens with shared replies):
+        re-sends whose wait is over, then the unsettled keys of every passed deadline while the
+        budget lasts (``fail`` the others)."""
         retry = self._retry
-        policy = self.policy
-        tokens: list[int] = []
+        keys: list[int] = []
         if retry:
-            for token, at in list(retry.items()):
+            for key, at in list(retry.items()):
                 if at <= now:
-                    del retry[token]
-                    if token in frames:
-                        tokens.append(token)
-        chosen = set(tokens)
+                    del retry[key]
+                    if key in live:
+                        keys.append(key)
+        chosen = set(keys)
         deadlines = self._deadlines
+        policy = self.policy
         while deadlines and deadlines[0][0] <= now:
             deadline, batch = deadlines.popleft()
             sent_at = deadline - self.ack_timeout
-            for token in batch:
-                if token in frames and token not in retry and token not in chosen:
-                    trouble = self._trouble.get(token)
+            for key in batch:
+                if key in live and key not in retry and key not in chosen:
+                    trouble = self._trouble.get(key)
                     if trouble is None:
-                        trouble = self._trouble[token] = Trouble()
+                        trouble = self._trouble[key] = Trouble()
                     if not policy.on_no_answer(trouble, msg_id=True, sent_at=sent_at, now=now):
                         error = PubAckTimeoutError(
                             f"no PubAck within {self.ack_timeout:g} s: the message may or may not be stored"
                         )
-                        self._fail(token, error, exhausted=trouble.resends)
+                        fail(key, error, trouble.resends)
                         continue
                     trouble.resends += 1
-                    tokens.append(token)
-                    chosen.add(token)
-        if not tokens:
-            return []
-        self.resent += len(tokens)
-        deadlines.append((now + self.ack_timeout, tokens))
-        return [frames[t] for t in tokens]
+                    keys.append(key)
+                    chosen.add(key)
+        return keys
 
     def everything(self, now: float) -> list[bytes]:
         """After a reconnect: every frame in flight, in token order, to write again on the new
@@ -1359,6 +1316,21 @@ class FrameWindow:
             self._deadlines.append((now + self.ack_timeout, tokens))
             self.resent += len(tokens)
         return [frames[t] for t in tokens]
+
+
+def _plain_puback(data: bytes, status: int | None) -> bool | None:
+    """The common case of a reply to a publish, decoded on its own: a PubAck with no error, a
+    stream and a sequence gives its ``duplicate`` flag; anything else None (the status table
+    decides it)."""
+    if status is not None:
+        return None
+    try:
+        fields = _ack_fields_decoder.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    if fields.error is None and fields.seq > 0 and fields.stream:
+        return bool(fields.duplicate)
+    return None
 
 
 _RESEND_TOKENS: Final = 1 << 52

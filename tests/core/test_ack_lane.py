@@ -88,7 +88,11 @@ def frame(draw: st.DrawFn) -> bytes:
 @example(frames=[msg(1, b"1", puback(b"S", 1), 25), msg(1, b"2", puback(b"S", 2))], data=None)
 @example(frames=[msg(1, b"1", puback(b"S", 1), 21), b"PING\r\n"], data=None)
 def test_the_lane_gives_the_plain_parsers_messages(frames: list[bytes], data: Any) -> None:
-    wire = b"".join(frames)
+    check_whole_and_cut(b"".join(frames), data)
+
+
+def check_whole_and_cut(wire: bytes, data: Any) -> None:
+    """check_lane on ``wire`` whole, then cut at up to six places drawn from ``data``."""
     cuts: list[int] = []
     if data is not None and len(wire) > 1:
         cuts = sorted(data.draw(st.lists(st.integers(min_value=1, max_value=len(wire) - 1), max_size=6)))
@@ -354,11 +358,7 @@ def shared_token_run(draw: st.DrawFn) -> bytes:
 @example(wire=msg(1, b"0", puback(b"S", 11)) + msg(1, b"0", puback(b"S", 12)) + msg(1, b"0", b'{"stream":"S","seq":05}'),
          data=None)
 def test_acks_on_a_shared_token_give_the_plain_parsers_messages(wire: bytes, data: Any) -> None:
-    cuts: list[int] = []
-    if data is not None and len(wire) > 1:
-        cuts = sorted(data.draw(st.lists(st.integers(min_value=1, max_value=len(wire) - 1), max_size=6)))
-    check_lane(wire)
-    check_lane(wire, cuts)
+    check_whole_and_cut(wire, data)
 
 
 def test_acks_on_a_shared_token_are_read_by_their_likeness() -> None:
