@@ -938,7 +938,9 @@ class FrameWindow:
     (:attr:`reply_prefix` + a number above every first token): answers to the old one are
     ignored from then on, so no answer is counted for the wrong send, and the frames that were
     stored come back as duplicates (within the stream's duplicate window; in subject mode as
-    10077). First tokens must go up from batch to batch. A definite refusal fails the window with the whole batch
+    10077). First tokens must go up from batch to batch. More answers on a token than its
+    batch has frames (something else answers the writer's messages) fail the window, also
+    after the batch was settled (the last :data:`_SETTLED_KEPT` batches are remembered). A definite refusal fails the window with the whole batch
     (:attr:`failed_tokens`): which of its frames was refused is not known.
     """
 
@@ -967,6 +969,7 @@ class FrameWindow:
         "_trouble",
         "_next_reply",
         "_last_first",
+        "_settled",
     )
 
     def __init__(
@@ -1018,6 +1021,7 @@ class FrameWindow:
         self.reply_prefix = b""
         self._next_reply = _RESEND_TOKENS
         self._last_first = -1
+        self._settled: dict[int, Sequence[int]] = {}  # the last settled batches: token -> tokens
         self._deadlines: deque[tuple[float, Iterable[int]]] = deque()  # batches, oldest first
         self._retry: dict[int, float] = {}  # token -> not before (its frame stays in .frames)
         self._trouble: dict[int, Trouble] = {}  # tokens that met trouble (see PublishPolicy)
@@ -1115,12 +1119,28 @@ class FrameWindow:
         assert self.groups is not None
         batch = self.groups.get(token)
         if batch is None or token in self._retry:
-            return False  # late, or an answer to a send that is to be repeated
+            # late, or an answer to a send that is to be repeated; or too many (see _too_many)
+            return batch is None and token in self._settled and self._too_many(token, self._settled[token])
         batch.answered += count
         batch.duplicates += duplicates
         if batch.answered < len(batch.tokens):
             return False
+        if batch.answered > len(batch.tokens):
+            return self._too_many(token, batch.tokens)
         return self._batch_stored(token, batch)
+
+    def _too_many(self, reply: int, tokens: Sequence[int]) -> bool:
+        """More answers on batch token ``reply`` than its send had frames: something besides
+        the stream answers the writer's messages, and a count of answers no longer tells what
+        is stored. The window fails (ambiguous) rather than trust it."""
+        if self.failure is None:
+            self.failure = PubAckTimeoutError(
+                f"more answers than messages on reply token {reply}: something besides the stream answers "
+                "this writer's messages, so which of them are stored cannot be told"
+            )
+            self.failed_token = tokens[0]
+            self.failed_tokens = tokens
+        return True
 
     # -- shared replies: a batch answers on one token
 
@@ -1129,7 +1149,8 @@ class FrameWindow:
         assert self.groups is not None
         batch = self.groups.get(reply)
         if batch is None or reply in self._retry:
-            return False  # late, or the batch is to be sent again (its answers no longer count)
+            # late, or the batch is to be sent again (its answers no longer count); or too many
+            return batch is None and reply in self._settled and self._too_many(reply, self._settled[reply])
         duplicate = _plain_puback(data, status)
         if duplicate is not None:
             return self.receive_puback(reply, duplicate)
@@ -1141,6 +1162,10 @@ class FrameWindow:
     def _batch_stored(self, reply: int, batch: _Batch) -> bool:
         assert self.groups is not None
         del self.groups[reply]
+        settled = self._settled
+        settled[reply] = batch.tokens
+        if len(settled) > _SETTLED_KEPT:
+            del settled[next(iter(settled))]
         if self._trouble:
             self._trouble.pop(reply, None)
         pop = self.frames.pop
@@ -1332,6 +1357,10 @@ def _plain_puback(data: bytes, status: int | None) -> bool | None:
         return bool(fields.duplicate)
     return None
 
+
+_SETTLED_KEPT: Final = 1024
+"""Shared replies: how many settled batches are remembered, so that an answer too many on one
+of them fails the window (more than a window of 4,000 frames holds batches of 64)."""
 
 _RESEND_TOKENS: Final = 1 << 52
 """Shared replies: the tokens of batches sent again count up from here (first tokens, a

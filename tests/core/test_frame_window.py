@@ -377,7 +377,6 @@ def test_a_batch_is_stored_once_it_has_as_many_pubacks_as_frames() -> None:
     assert w.receive_ack(1, ack(9), None, 0.1) is False  # no batch has token 1: ignored
     assert w.receive_puback(0, False) is True  # the third: the batch is stored, down to wake_level
     assert (w.written, w.duplicates, w.in_flight) == (3, 1, 2)
-    assert w.receive_puback(0, False) is False  # a late answer on a settled token
     assert (w.written, w.in_flight, w.bytes_in_flight) == (3, 2, sum(map(len, hpubs(3, 5))))
     w.receive_puback(3, False)
     w.receive_ack(3, ack(5), None, 0.2)
@@ -547,3 +546,30 @@ def test_shared_replies_never_count_a_batch_stored_that_was_not(events: list[tup
     assert w.in_flight == 0 and w.bytes_in_flight == 0
     assert w.written <= len(stored)
     assert w.written == 20 or w.failure is not None
+
+
+def test_more_answers_than_frames_fail_the_window_even_after_the_batch_was_settled() -> None:
+    """A second responder (a core subscriber answering the writer's messages) shows as an
+    answer too many on a batch's token: the window fails rather than trust the count."""
+    w = shared(retry_wait=0.1)
+    w.sent(range(0, 2), hpubs(0, 2), 0.0)
+    w.receive_puback(0, False)
+    w.receive_puback(0, False)
+    assert (w.written, w.failure) == (2, None)
+    assert w.receive_ack(0, b'{"ok":true}', None, 0.1) is True  # a third answer on a send of two
+    assert isinstance(w.failure, PubAckTimeoutError) and list(w.failed_tokens) == [0, 1]
+    assert "more answers than messages" in str(w.failure)
+    w = shared(retry_wait=0.1)
+    w.sent(range(0, 2), hpubs(0, 2), 0.0)
+    assert w.receive_pubacks(0, 3, 0) is True  # three in one read
+    assert isinstance(w.failure, PubAckTimeoutError) and w.written == 0
+    w = shared(retry_wait=0.1)
+    w.sent(range(0, 2), hpubs(0, 2), 0.0)
+    w.receive_ack(0, b"", 503, 0.0)
+    again = w.due(0.1)
+    for _ in range(2):
+        assert w.receive_puback(0, False) is False  # answers to the first send: retired, not too many
+    token = reply_of(again[0])
+    w.receive_puback(token, False)
+    w.receive_puback(token, True)
+    assert (w.written, w.failure) == (2, None)
