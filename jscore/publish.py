@@ -930,18 +930,21 @@ class FrameWindow:
     ``shared_replies``: the frames of one :meth:`sent` batch share one reply subject, whose
     token is the batch's first token (every frame's reply subject ends with it). nats-server
     pays for every distinct reply subject it answers (a lookup of its subscription, not cached
-    when each subject is new); one per batch costs it about a sixth less per message. The
-    batch is settled as a whole: each send of a frame is answered at most once (JetStream is
-    the only responder on a stream's subjects), so once as many PubAcks (or, in subject mode,
-    10077) as the batch has frames have come on its token, every frame of it is stored. Whatever else happens to a batch (a transient answer, a
-    missed deadline, a reconnect) re-sends **all** its frames, under a new token
-    (:attr:`reply_prefix` + a number above every first token): answers to the old one are
-    ignored from then on, so no answer is counted for the wrong send, and the frames that were
-    stored come back as duplicates (within the stream's duplicate window; in subject mode as
-    10077). First tokens must go up from batch to batch. More answers on a token than its
-    batch has frames (something else answers the writer's messages) fail the window, also
-    after the batch was settled (the last :data:`_SETTLED_KEPT` batches are remembered). A definite refusal fails the window with the whole batch
-    (:attr:`failed_tokens`): which of its frames was refused is not known.
+    when each subject is new); one per batch costs it about a sixth less per message.
+
+    The batch is settled as a whole: each send of a frame is answered at most once (JetStream
+    is the only responder on a stream's subjects), so once as many PubAcks (or, in subject
+    mode, 10077) as the batch has frames have come on its token, every frame of it is stored.
+    Whatever else happens to a batch (a transient answer, a missed deadline, a reconnect)
+    re-sends **all** its frames, under a new token (:attr:`reply_prefix` + a number above
+    every first token): answers to the old one are ignored from then on, so no answer is
+    counted for the wrong send, and the frames that were stored come back as duplicates
+    (within the stream's duplicate window; in subject mode as 10077). First tokens must go up
+    from batch to batch. More answers on a token than its batch has frames (something else
+    answers the writer's messages) fail the window, also after the batch was settled (the
+    last :data:`_SETTLED_KEPT` batches are remembered). A definite refusal fails the window
+    with the whole batch (:attr:`failed_tokens`): which of its frames was refused is not
+    known.
     """
 
     __slots__ = (
@@ -958,7 +961,6 @@ class FrameWindow:
         "duplicates",
         "resent",
         "failure",
-        "failed_token",
         "failed_tokens",
         "groups",
         "reply_prefix",
@@ -1013,7 +1015,6 @@ class FrameWindow:
         self.duplicates = 0
         self.resent = 0
         self.failure: BaseException | None = None
-        self.failed_token: int | None = None
         self.failed_tokens: Sequence[int] = ()  # the failure's frames (a whole batch with shared_replies)
         # shared_replies: reply token -> the batch of frames answering on it; and reply_prefix,
         # what a frame's reply subject is before its token (the caller sets it)
@@ -1031,6 +1032,11 @@ class FrameWindow:
         self.policy = PublishPolicy(
             budget=self.transient_budget, retry_wait=self.retry_wait, per_subject_dedup=per_subject_dedup
         )
+
+    @property
+    def failed_token(self) -> int | None:
+        """The token of the failure's (first) frame, or None."""
+        return self.failed_tokens[0] if self.failed_tokens else None
 
     @property
     def in_flight(self) -> int:
@@ -1133,12 +1139,19 @@ class FrameWindow:
         """More answers on batch token ``reply`` than its send had frames: something besides
         the stream answers the writer's messages, and a count of answers no longer tells what
         is stored. The window fails (ambiguous) rather than trust it."""
+        error = PubAckTimeoutError(
+            f"more answers than messages on reply token {reply}: something besides the stream answers "
+            "this writer's messages, so which of them are stored cannot be told"
+        )
+        return self._failed_first(error, tokens)
+
+    def _failed_first(self, error: BaseException, tokens: Sequence[int], exhausted: int = 0, what: str = "frame") -> bool:
+        """Keep ``error`` as the window's failure, with the frames it concerns, unless there is
+        one already."""
         if self.failure is None:
-            self.failure = PubAckTimeoutError(
-                f"more answers than messages on reply token {reply}: something besides the stream answers "
-                "this writer's messages, so which of them are stored cannot be told"
-            )
-            self.failed_token = tokens[0]
+            if exhausted:
+                _add_note(error, f"(after {exhausted} re-sends of the same {what})")
+            self.failure = error
             self.failed_tokens = tokens
         return True
 
@@ -1181,13 +1194,7 @@ class FrameWindow:
         self._trouble.pop(reply, None)
         pop = self.frames.pop
         self.bytes_in_flight -= sum([len(pop(t)) for t in batch.tokens])
-        if self.failure is None:
-            if exhausted:
-                _add_note(error, f"(after {exhausted} re-sends of the same frames)")
-            self.failure = error
-            self.failed_token = batch.tokens[0]
-            self.failed_tokens = batch.tokens
-        return True
+        return self._failed_first(error, batch.tokens, exhausted, "frames")
 
     def _batch_again(self, reply: int) -> tuple[int, list[bytes]]:
         """The frames of batch ``reply`` to send again, under a new token (returned)."""
@@ -1244,13 +1251,7 @@ class FrameWindow:
             self.bytes_in_flight -= len(frame)
         self._retry.pop(token, None)
         self._trouble.pop(token, None)
-        if self.failure is None:
-            if exhausted:
-                _add_note(error, f"(after {exhausted} re-sends of the same frame)")
-            self.failure = error
-            self.failed_token = token
-            self.failed_tokens = (token,)
-        return True
+        return self._failed_first(error, (token,), exhausted)
 
     def next_deadline(self) -> float | None:
         """When :meth:`due` has something to do (a batch's ack deadline or a scheduled re-send)."""
@@ -1310,6 +1311,16 @@ class FrameWindow:
                     chosen.add(key)
         return keys
 
+    def _in_doubt(self, keys: Iterable[int]) -> None:
+        """Each of ``keys`` may have been stored by a send whose answer is lost."""
+        trouble = self._trouble
+        for key in keys:
+            t = trouble.get(key)
+            if t is None:
+                trouble[key] = Trouble(maybe_stored=True)
+            else:
+                t.maybe_stored = True
+
     def everything(self, now: float) -> list[bytes]:
         """After a reconnect: every frame in flight, in token order, to write again on the new
         connection (their acks may never come; each may have been stored); deadlines restart.
@@ -1319,24 +1330,13 @@ class FrameWindow:
             self._retry.clear()
             self._deadlines.clear()
             replies = sorted(groups, key=lambda r: groups[r].tokens[0])
-            for reply in replies:
-                t = self._trouble.get(reply)
-                if t is None:
-                    self._trouble[reply] = Trouble(maybe_stored=True)
-                else:
-                    t.maybe_stored = True
+            self._in_doubt(replies)
             return self._send_again(replies, now)
         frames = self.frames
         tokens = sorted(frames)
         self._retry.clear()
         self._deadlines.clear()
-        trouble = self._trouble
-        for token in tokens:
-            t = trouble.get(token)
-            if t is None:
-                trouble[token] = Trouble(maybe_stored=True)
-            else:
-                t.maybe_stored = True
+        self._in_doubt(tokens)
         if tokens:
             self._deadlines.append((now + self.ack_timeout, tokens))
             self.resent += len(tokens)

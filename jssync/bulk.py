@@ -1,7 +1,8 @@
 """Bulk, idempotent JetStream publishing for one writer thread: the engine of the Spark writers.
 
 Every message carries a ``Nats-Msg-Id``. The writer thread builds complete ``HPUB`` frames (reply
-subject ``<inbox>.<token>``, one int token per message) and hands them over in batches:
+subject ``<inbox>.<token>``: one int token per message, or with ``shared_replies`` one per batch,
+its first message's) and hands them over in batches:
 :meth:`BulkPublisher.send` takes the client lock once per batch, queues the joined frames and
 writes them itself when the I/O thread is idle. The I/O thread settles each PubAck under the
 client lock (a dict pop and a decode, see :class:`jscore.publish.FrameWindow`); no future, no
